@@ -1,0 +1,47 @@
+# eagle3lab: the two commands of the README, and their parts.
+#   make demo   set up (first time), prepare the default target, run the pipeline on it
+#   make test   set up (first time), prepare the default target, run the test suite
+# Everything is installed into .venv from the project's pinned files; torch is held at the
+# local CPU build 2.13.0 by constraints.txt.
+
+SHELL  := /bin/bash
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.eagle3lab-installed
+PIPQ   := --disable-pip-version-check -q
+DEMO_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: demo test setup target clean-venv help
+
+help:
+	@echo "make demo   - run the pipeline on the default target (sets everything up first)"
+	@echo "make test   - run the test suite (sets everything up first)"
+	@echo "make setup  - only create/update the virtualenv $(VENV)"
+	@echo "make target - only prepare the default target under data/models/"
+
+$(STAMP): requirements.txt requirements-nodeps.txt constraints.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install $(PIPQ) --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+	$(PIP) install $(PIPQ) -c constraints.txt -r requirements.txt -r requirements-dev.txt 2>&1 | grep -v "^WARNING: Location"; test $${PIPESTATUS[0]} -eq 0
+	$(PIP) install $(PIPQ) --no-deps -r requirements-nodeps.txt 2>&1 | grep -v "^WARNING: Location"; test $${PIPESTATUS[0]} -eq 0
+	$(PIP) install $(PIPQ) --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location"; test $${PIPESTATUS[0]} -eq 0
+	$(PY) -m ipykernel install --prefix $(VENV) --name eagle3lab --display-name "eagle3lab (.venv)" >/dev/null
+	@! $(PIP) list 2>/dev/null | grep -E "^(torchvision|torchaudio) " || { echo "torchvision/torchaudio must not be installed (they break transformers)"; exit 1; }
+	@touch $@
+
+setup: $(STAMP)
+
+target: $(STAMP)
+	$(VENV)/bin/eagle3lab prepare-target
+
+demo: target
+	$(VENV)/bin/eagle3lab demo $(DEMO_ARGS)
+
+test: target
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""CLI subcommands: argument parsing only; each calls a library function."""

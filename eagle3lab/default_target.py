@@ -47,6 +47,13 @@ def find_gguf(name: str = DEFAULT_TARGET) -> Path:
     return path
 
 
+def _package_version(package: str) -> str | None:
+    try:
+        return md.version(package)
+    except md.PackageNotFoundError:
+        return None
+
+
 def read_stamp(dest: Path) -> dict[str, Any] | None:
     try:
         return json.loads((dest / STAMP_NAME).read_text())
@@ -56,17 +63,24 @@ def read_stamp(dest: Path) -> dict[str, Any] | None:
 
 def prepare_target(
     *, name: str = DEFAULT_TARGET, dest: str | Path | None = None, force: bool = False,
-    verbose: bool = True,
+    gguf: str | Path | None = None, verbose: bool = True,
 ) -> Path:
     """Convert the preset's GGUF to a verified HF safetensors directory; return its path.
 
+    gguf: the GGUF file to convert (default: the one inside the preset's installed package;
+    pass a copy on machines where the package cannot be installed).
     Idempotent: when `dest` already holds a verified copy of the same source file
     (same sha256), nothing is done.
     """
     if name not in TARGET_PRESETS:
         raise UserError(f"Unknown target preset {name!r}; known: {', '.join(TARGET_PRESETS)}.")
     dest = Path(dest) if dest is not None else preset_dir(name)
-    gguf = find_gguf(name)
+    if gguf is not None:
+        gguf = Path(gguf)
+        if not gguf.is_file():
+            raise UserError(f"GGUF file {str(gguf)!r} does not exist.")
+    else:
+        gguf = find_gguf(name)
     stamp = read_stamp(dest)
     if stamp and not force:
         # Cheap check first (size), then the real one (sha256 of the source, ~0.3 s).
@@ -118,7 +132,7 @@ def prepare_target(
             "description": TARGET_PRESETS[name]["description"],
             "source": {
                 "package": TARGET_PRESETS[name]["package"],
-                "package_version": md.version(TARGET_PRESETS[name]["package"]),
+                "package_version": _package_version(TARGET_PRESETS[name]["package"]),
                 "file": gguf.name,
                 "bytes": gguf.stat().st_size,
                 "sha256": src_sha,

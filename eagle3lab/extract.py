@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,36 @@ def _batches(lengths: list[int], max_tokens: int) -> list[tuple[int, int]]:
         out.append((a, b))
         a = b
     return out
+
+
+def _compute_chunk(tgt, aux, chunk, chunk_lens, first_index, max_tokens_per_batch,
+                   store_dtype, bar) -> list[dict[str, Any]]:
+    """Run the target over one shard's conversations (padded batches by token budget)."""
+    import torch
+
+    samples: list[dict[str, Any]] = []
+    for a, b in _batches(chunk_lens, max_tokens_per_batch):
+        width = max(chunk_lens[a:b])
+        ids = torch.zeros((b - a, width), dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for r in range(b - a):
+            n = chunk_lens[a + r]
+            ids[r, :n] = torch.tensor(chunk[a + r]["input_ids"][:n])
+            attn[r, :n] = 1
+        fused, last = tgt.features(ids.to(tgt.device), attn.to(tgt.device), aux)
+        # cast on the device, then one transfer per batch (not one per sample)
+        fused, last = fused.to(store_dtype).cpu(), last.to(store_dtype).cpu()
+        for r in range(b - a):
+            n = chunk_lens[a + r]
+            samples.append({
+                "input_ids": ids[r, :n],
+                "loss_mask": torch.tensor(chunk[a + r]["loss_mask"][:n], dtype=torch.uint8),
+                "hidden_states": fused[r, :n],
+                "verifier_last_hidden_states": last[r, :n],
+                "sample_index": first_index + a + r,
+            })
+        bar.update(sum(chunk_lens[a:b]))
+    return samples
 
 
 def extract(
@@ -147,38 +178,41 @@ def extract(
 
     t0 = time.time()
     tokens_done, new_shards = 0, 0
+    next_index = len(manifest["shards"])
     bar = tqdm(total=sum(lengths), desc="extract", unit="tok", disable=not progress)
-    for s0 in range(0, len(todo), samples_per_shard):
-        if stop_after_shards is not None and new_shards >= stop_after_shards:
-            break
-        chunk = todo[s0:s0 + samples_per_shard]
-        chunk_lens = lengths[s0:s0 + samples_per_shard]
-        samples: list[dict[str, Any]] = []
-        for a, b in _batches(chunk_lens, max_tokens_per_batch):
-            width = max(chunk_lens[a:b])
-            ids = torch.zeros((b - a, width), dtype=torch.long)
-            attn = torch.zeros_like(ids)
-            for r in range(b - a):
-                n = chunk_lens[a + r]
-                ids[r, :n] = torch.tensor(chunk[a + r]["input_ids"][:n])
-                attn[r, :n] = 1
-            fused, last = tgt.features(ids.to(tgt.device), attn.to(tgt.device), aux)
-            for r in range(b - a):
-                n = chunk_lens[a + r]
-                samples.append({
-                    "input_ids": ids[r, :n],
-                    "loss_mask": torch.tensor(chunk[a + r]["loss_mask"][:n], dtype=torch.uint8),
-                    "hidden_states": fused[r, :n].to("cpu", store_dtype),
-                    "verifier_last_hidden_states": last[r, :n].to("cpu", store_dtype),
-                    "sample_index": done + s0 + a + r,
-                })
-            bar.update(sum(chunk_lens[a:b]))
-        entry = write_shard(out / shard_name(len(manifest["shards"])), samples, store_dtype)
+
+    def finish(future) -> None:
+        """List a shard in the manifest once its (background) write has completed."""
+        nonlocal tokens_done
+        entry = future.result()
         manifest["shards"].append(entry)
-        write_manifest(out, manifest)  # the shard is listed only after it is complete
+        write_manifest(out, manifest)
         tokens_done += entry["tokens"]
-        new_shards += 1
         bar.set_postfix(tok_s=f"{tokens_done / max(time.time() - t0, 1e-9):,.0f}")
+
+    # One background writer: shard k is written and hashed while the target computes shard
+    # k+1 (at most one write in flight; shards are listed in order, each once complete).
+    pending = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as pool:
+        try:
+            for s0 in range(0, len(todo), samples_per_shard):
+                if stop_after_shards is not None and new_shards >= stop_after_shards:
+                    break
+                samples = _compute_chunk(tgt, aux, todo[s0:s0 + samples_per_shard],
+                                         lengths[s0:s0 + samples_per_shard], done + s0,
+                                         max_tokens_per_batch, store_dtype, bar)
+                if pending is not None:
+                    previous, pending = pending, None
+                    finish(previous)
+                pending = pool.submit(write_shard, out / shard_name(next_index), samples,
+                                      store_dtype)
+                next_index += 1
+                new_shards += 1
+        finally:
+            # Interrupted or not, let the write in flight end: a complete shard is listed,
+            # a failed one is not (its temp file is removed by atomic_path).
+            if pending is not None:
+                finish(pending)
     bar.close()
     elapsed = time.time() - t0
     total = manifest["totals"]

@@ -21,12 +21,14 @@ def add_parser(sub) -> None:
                    help="target preset")
     p.add_argument("--dest", default=None, help="output directory (default: data/models/NAME)")
     p.add_argument("--force", action="store_true", help="convert again even if prepared")
+    p.add_argument("--gguf", default=None,
+                   help="GGUF file to convert (default: the one inside the installed package)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..default_target import prepare_target
 
-    path = prepare_target(name=args.name, dest=args.dest, force=args.force)
+    path = prepare_target(name=args.name, dest=args.dest, force=args.force, gguf=args.gguf)
     print(path)
     return 0

@@ -1,0 +1,29 @@
+"""notebooks/01_extract.ipynb runs under papermill on the real default target (tiny size)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+NB = Path(__file__).resolve().parent.parent / "notebooks" / "01_extract.ipynb"
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_notebook_01_runs_under_papermill(tmp_path, default_target_dir):
+    import papermill as pm
+
+    out = tmp_path / "01.ipynb"
+    pm.execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
+                        parameters={"sample_count": 3, "max_new_tokens": 12,
+                                    "batch_size": 3, "out_dir": str(tmp_path / "run"),
+                                    "prompts": "eval"})
+    nb = json.loads(out.read_text())
+    text = "\n".join(o.get("text", "") if isinstance(o.get("text"), str) else "".join(
+        o.get("text", [])) for c in nb["cells"] for o in c.get("outputs", []))
+    assert "aux capture points (inputs of layers) [2, 15, 27]" in text
+    images = [o for c in nb["cells"] for o in c.get("outputs", [])
+              if "image/png" in o.get("data", {})]
+    assert images, "the norm histogram is rendered"
+    manifest = json.loads((tmp_path / "run" / "shards" / "eval" / "manifest.json").read_text())
+    assert manifest["totals"]["samples"] == 3

@@ -1,0 +1,16 @@
+"""Checkpoint formats: engine profiles as data, format detection, the checkpoint doctor
+(`inspect_checkpoint`), converters (`convert_checkpoint`) and serving-path emulation
+(`load_as`). See docs/formats.md.
+
+Prevents train/serve mismatches (dropped keys, shifted aux layer ids, ignored norms, broken
+vocab maps) from being discovered only as accept length 1.00 on a GPU server.
+"""
+
+from .convert import convert_checkpoint
+from .findings import CODES, Finding, Report
+from .inspect import inspect_checkpoint
+from .load_as import EngineRefusal, load_as
+from .profiles import ENGINES, PROFILES, get_profile
+
+__all__ = ["CODES", "ENGINES", "PROFILES", "EngineRefusal", "Finding", "Report",
+           "convert_checkpoint", "get_profile", "inspect_checkpoint", "load_as"]

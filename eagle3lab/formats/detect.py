@@ -1,0 +1,194 @@
+"""Which format a checkpoint is in, and what its config says, read one way for all checks.
+
+Prevents a checkpoint being judged by the wrong rules: the same facts live in different
+places in the two formats (speculators nests the layer config in `transformer_layer_config`
+and writes aux ids at the top level; SGLang/official EAGLE/SpecForge checkpoints are a flat
+LlamaConfig with ids under `eagle_config`). `DraftConfig` normalises both into one view and
+keeps where each fact came from, so a finding can say "found here, the engine reads there".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Literal
+
+Format = Literal["speculators", "eagle3", "unknown"]
+FORMATS = ("speculators", "eagle3", "unknown")
+
+_LAYER_RE = re.compile(r"^layers\.(\d+)\.")
+RECORD_KEY = "eagle3lab"  # our provenance block inside a checkpoint's config.json
+
+
+def key_layout(keys) -> str:
+    """'midlayer', 'layers', 'mixed' or 'none', from the tensor names alone."""
+    mid = any(k.startswith("midlayer.") for k in keys)
+    lay = any(_LAYER_RE.match(k) for k in keys)
+    return "mixed" if mid and lay else "midlayer" if mid else "layers" if lay else "none"
+
+
+def config_layout(config: dict[str, Any] | None) -> str:
+    """'speculators', 'flat' (an EAGLE-3 LlamaConfig) or 'none'."""
+    if not config:
+        return "none"
+    if "speculators_model_type" in config or "transformer_layer_config" in config:
+        return "speculators"
+    archs = config.get("architectures") or []
+    if "hidden_size" in config or any("eagle" in str(a).lower() for a in archs):
+        return "flat"
+    return "none"
+
+
+def detect_format(keys, config: dict[str, Any] | None) -> Format:
+    """speculators (`layers.N.*`, `speculators_model_type`), eagle3 (`midlayer.*`), unknown.
+
+    The config decides when it is recognisable; otherwise the tensor names do.
+    """
+    layout = config_layout(config)
+    if layout == "speculators":
+        return "speculators"
+    lay = key_layout(keys)
+    archs = [str(a) for a in (config or {}).get("architectures") or []]
+    if lay == "midlayer" or (layout == "flat" and any("eagle3" in a.lower() for a in archs)):
+        return "eagle3"
+    if lay == "layers":
+        return "speculators" if layout == "none" else "eagle3"
+    return "unknown"
+
+
+def layer_index(key: str) -> int | None:
+    m = _LAYER_RE.match(key)
+    return int(m.group(1)) if m else None
+
+
+def canonical_key(key: str) -> str:
+    """Checkpoint key in speculators naming (the canonical one used by checks)."""
+    if key.startswith("midlayer."):
+        return "layers.0." + key[len("midlayer."):]
+    for legacy, new in (("aux_norm_low", "fc_norm.0"), ("aux_norm_mid", "fc_norm.1"),
+                        ("aux_norm_high", "fc_norm.2")):
+        if key.startswith(legacy):
+            return new + key[len(legacy):]
+    return key
+
+
+def get_path(d: dict[str, Any] | None, path: tuple[str, ...]) -> Any:
+    cur: Any = d
+    for p in path:
+        if not isinstance(cur, dict) or p not in cur:
+            return None
+        cur = cur[p]
+    return cur
+
+
+def has_path(d: dict[str, Any] | None, path: tuple[str, ...]) -> bool:
+    cur: Any = d
+    for p in path:
+        if not isinstance(cur, dict) or p not in cur:
+            return False
+        cur = cur[p]
+    return True
+
+
+@dataclasses.dataclass
+class DraftConfig:
+    """The facts every check needs, from either config layout (None: not stated)."""
+
+    layout: str
+    architectures: list[str]
+    layer_model_type: str | None
+    hidden_size: int | None
+    intermediate_size: int | None
+    num_attention_heads: int | None
+    num_key_value_heads: int | None
+    head_dim: int | None
+    num_hidden_layers: int | None
+    vocab_size: int | None  # the target vocabulary (embedding rows)
+    draft_vocab_size: int | None  # None: null/absent (SGLang then takes the head from the target)
+    draft_vocab_size_stated: bool
+    target_hidden_size: int | None
+    target_hidden_size_stated: bool  # the key exists (even as null)
+    max_position_embeddings: int | None
+    attention_bias: bool
+    tie_word_embeddings: bool
+    flags: dict[str, bool]  # norm_before_fc, fc_norm, norm_before_residual, norm_output
+    aux_ids: dict[str, list[int] | None]  # "top-level" / "eagle_config" -> ids (None: absent)
+    record: dict[str, Any] | None  # our provenance block
+    dtype: str | None
+    raw: dict[str, Any]
+
+    @property
+    def num_aux_from_ids(self) -> int | None:
+        ids = self.aux_ids.get("eagle_config") or self.aux_ids.get("top-level")
+        return len(ids) if ids else None
+
+    def recorded_capture_points(self) -> list[int] | None:
+        """What training recorded (our provenance block), if anything."""
+        aux = (self.record or {}).get("aux_layers") or {}
+        pts = aux.get("capture_points")
+        return [int(p) for p in pts] if isinstance(pts, list) else None
+
+    def summary(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("raw")
+        return d
+
+
+def _int(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _ids(v: Any) -> list[int] | None:
+    if isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+        return list(v)
+    return None if v is None else []  # [] marks "present but not a list of ints"
+
+
+def parse_draft_config(config: dict[str, Any] | None) -> DraftConfig:
+    config = config or {}
+    layout = config_layout(config)
+    layer = config.get("transformer_layer_config") if layout == "speculators" else config
+    layer = layer if isinstance(layer, dict) else {}
+    heads = _int(layer.get("num_attention_heads"))
+    hidden = _int(layer.get("hidden_size"))
+    kv = _int(layer.get("num_key_value_heads")) or heads
+    head_dim = _int(layer.get("head_dim")) or (hidden // heads if hidden and heads else None)
+    eagle_cfg = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+    flags = {}
+    for flag in ("norm_before_fc", "fc_norm", "norm_before_residual", "norm_output"):
+        flags[flag] = bool(config.get(flag) or eagle_cfg.get(flag))
+    if layout == "flat" and config.get("use_aux_norm"):
+        flags["fc_norm"] = True
+    aux_ids = {"top-level": _ids(config.get("eagle_aux_hidden_state_layer_ids")),
+               "eagle_config": _ids(eagle_cfg.get("eagle_aux_hidden_state_layer_ids"))}
+    if layout == "speculators":
+        dvs = config.get("draft_vocab_size", 32000)  # speculators' pydantic default
+    else:
+        dvs = config.get("draft_vocab_size")
+    archs = config.get("architectures")
+    return DraftConfig(
+        layout=layout,
+        architectures=[str(a) for a in archs] if isinstance(archs, list) else [],
+        layer_model_type=layer.get("model_type") if isinstance(layer.get("model_type"), str)
+        else None,
+        hidden_size=hidden,
+        intermediate_size=_int(layer.get("intermediate_size")),
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        head_dim=head_dim,
+        num_hidden_layers=_int(layer.get("num_hidden_layers")),
+        vocab_size=_int(layer.get("vocab_size")),
+        draft_vocab_size=_int(dvs),
+        draft_vocab_size_stated="draft_vocab_size" in config,
+        target_hidden_size=_int(config.get("target_hidden_size")),
+        target_hidden_size_stated="target_hidden_size" in config,
+        max_position_embeddings=_int(layer.get("max_position_embeddings")),
+        attention_bias=bool(layer.get("attention_bias", False)),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        flags=flags,
+        aux_ids=aux_ids,
+        record=config.get(RECORD_KEY) if isinstance(config.get(RECORD_KEY), dict) else None,
+        dtype=str(config.get("dtype") or config.get("torch_dtype") or layer.get("dtype")
+                  or layer.get("torch_dtype") or "") or None,
+        raw=config,
+    )

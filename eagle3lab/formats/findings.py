@@ -1,0 +1,187 @@
+"""Findings and the inspection report: stable codes, raw facts, a table a person can read.
+
+Prevents a mismatch being noticed and then lost: every problem becomes a `Finding` with a
+stable code (tests and users grep for them), a severity, the tensor it concerns and the raw
+expected/found values, and the report says which checks were skipped and why, so "no
+errors" never silently means "not checked". `CODES` explains each code and its usual fix
+(the notebook shows them next to the findings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Literal
+
+Severity = Literal["error", "warning", "info"]
+
+#: code -> (what it means, how to fix it). The codes are a stable interface.
+CODES: dict[str, tuple[str, str]] = {
+    "unreadable": (
+        "A weight file or config.json cannot be read or parsed (truncated, bad header, bad "
+        "JSON, or a pickle that needs a full unpickle).",
+        "Re-download or re-save the file; convert a pickle with a trusted loader once."),
+    "format-unknown": (
+        "Neither the speculators layout (layers.N.*) nor the EAGLE-3 layout (midlayer.*) was "
+        "recognised.", "Check that this is an EAGLE-3 drafter, not a full model."),
+    "keys-layout": (
+        "The checkpoint's key or config layout is not the one the engine loads; e.g. SGLang "
+        "releases with the midlayer loader drop layers.0.* silently and serve random weights.",
+        "eagle3lab convert CKPT OUT --to sglang (or --to speculators for vLLM)."),
+    "unknown-keys": (
+        "Tensors the engine would drop (SGLang: silently) or refuse (vLLM: KeyError).",
+        "Convert with eagle3lab convert, or remove keys that are not part of the drafter."),
+    "missing-keys": (
+        "Tensors the engine needs are absent; it would serve freshly initialised values.",
+        "Re-export the checkpoint from the training run, including every drafter tensor."),
+    "shape": (
+        "A tensor's shape disagrees with the config (the engine fails to load, or loads a "
+        "differently shaped model).", "Fix the config to match the trained weights."),
+    "fc-dim": (
+        "fc's input width is not num_aux x the target hidden size (1x: the draft was built "
+        "for single-layer features; the engine then skips fc without an error).",
+        "Retrain with three aux layers, or serve with the matching target."),
+    "hidden-size": (
+        "The draft hidden size differs from the target's and target_hidden_size does not "
+        "account for it (or is null, which SGLang cannot build).",
+        "Set target_hidden_size to the target's hidden_size in config.json."),
+    "vocab-map": (
+        "d2t/t2d disagree with each other, the draft vocabulary size or the target vocabulary.",
+        "Use the vocab map the drafter was trained with (never regenerate it)."),
+    "aux-layers": (
+        "Aux layer ids missing, out of range, duplicated, or where the engine does not read "
+        "them (SGLang reads only eagle_config; vLLM reads the top level; SGLang adds 1).",
+        "eagle3lab convert writes the ids where and how the engine reads them."),
+    "architecture": (
+        "architectures / model type is not what the engine expects for this format.",
+        "Use the converter's config, e.g. LlamaForCausalLMEagle3 for SGLang."),
+    "nonfinite": ("NaN or Inf in a tensor.", "Use an earlier checkpoint of the run."),
+    "max-position": (
+        "The draft's max_position_embeddings is below the target's (has crushed acceptance "
+        "on long prompts).", "Set it to the target's value; RoPE needs no retraining for it."),
+    "norm-before-fc": (
+        "The draft needs an input norm (norm_before_fc / fc_norm) that the engine ignores.",
+        "Retrain without it, serve with vLLM, or use an engine version that applies it."),
+    "norm-variant": (
+        "The draft was trained with a normalisation variant (norm_before_residual, "
+        "norm_output) that the engine does not implement.",
+        "Retrain without the variant, or serve with an engine that implements it."),
+    "dtype": ("Mixed dtypes, or float32 weights the engine will cast.",
+              "Save in the serving dtype (bfloat16) to halve size and avoid surprises."),
+}
+
+
+@dataclasses.dataclass
+class Finding:
+    code: str
+    severity: Severity
+    message: str
+    tensor: str | None = None
+    expected: Any = None
+    found: Any = None
+
+    def __post_init__(self) -> None:
+        if self.code not in CODES:
+            raise ValueError(f"unknown finding code {self.code!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"code": self.code, "severity": self.severity,
+                             "message": self.message}
+        for k in ("tensor", "expected", "found"):
+            v = getattr(self, k)
+            if v is not None:
+                d[k] = v
+        return d
+
+
+def error(code: str, message: str, **kw) -> Finding:
+    return Finding(code, "error", message, **kw)
+
+
+def warning(code: str, message: str, **kw) -> Finding:
+    return Finding(code, "warning", message, **kw)
+
+
+@dataclasses.dataclass
+class Report:
+    """What `inspect` found. `ok` is True when no finding has severity error."""
+
+    checkpoint: str
+    format: str
+    engine: str
+    findings: list[Finding]
+    tensors: list[dict[str, Any]]
+    skipped: list[dict[str, str]]  # {"check", "reason"}
+    config: dict[str, Any]  # the normalised draft config
+    target: dict[str, Any] | None
+    key_layout: str
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    @property
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint, "format": self.format, "engine": self.engine,
+                "ok": self.ok, "findings": [f.to_dict() for f in self.findings],
+                "tensors": self.tensors, "skipped": self.skipped, "key_layout": self.key_layout,
+                "config": self.config, "target": self.target,
+                "seconds": round(self.seconds, 3)}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    def table(self, *, show_tensors: bool = False, width: int = 100) -> str:
+        """Aligned human-readable report."""
+        lines = [f"checkpoint  {self.checkpoint}",
+                 f"format      {self.format} (keys: {self.key_layout})",
+                 f"engine      {self.engine}",
+                 f"target      {_target_line(self.target)}",
+                 f"tensors     {len(self.tensors)}",
+                 ""]
+        if self.findings:
+            sev_w = max([len("SEVERITY")] + [len(f.severity) for f in self.findings])
+            code_w = max([len("CODE")] + [len(f.code) for f in self.findings])
+            lines.append(f"{'SEVERITY':<{sev_w}}  {'CODE':<{code_w}}  MESSAGE")
+            indent = " " * (sev_w + code_w + 4)
+            for f in sorted(self.findings, key=lambda f: (f.severity != "error",
+                                                          f.severity != "warning")):
+                msg = _wrap(f.message, width - len(indent))
+                lines.append(f"{f.severity:<{sev_w}}  {f.code:<{code_w}}  {msg[0]}")
+                lines += [indent + m for m in msg[1:]]
+        else:
+            lines.append("no findings")
+        for s in self.skipped:
+            lines.append(f"skipped: {s['check']}: {s['reason']}")
+        if show_tensors:
+            lines.append("")
+            name_w = max((len(t["name"]) for t in self.tensors), default=4)
+            lines.append(f"{'TENSOR':<{name_w}}  {'DTYPE':<9}  SHAPE")
+            for t in self.tensors:
+                lines.append(f"{t['name']:<{name_w}}  {t['dtype']:<9}  {t['shape']}")
+        n_err = len(self.errors())
+        n_warn = sum(f.severity == "warning" for f in self.findings)
+        lines.append("")
+        lines.append(f"{'OK' if self.ok else 'NOT OK'}: {n_err} error(s), {n_warn} warning(s) "
+                     f"for {self.engine} ({self.seconds:.2f} s)")
+        return "\n".join(lines)
+
+
+def _target_line(t: dict[str, Any] | None) -> str:
+    if not t:
+        return "(none: target checks skipped)"
+    return (f"{t.get('name')} ({t.get('num_layers')} layers, hidden {t.get('hidden_size')}, "
+            f"vocab {t.get('vocab_size')})")
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, max(width, 30)) or [""]

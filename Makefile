@@ -22,11 +22,13 @@ help:
 	@echo "make setup  - only create/update the virtualenv $(VENV)"
 	@echo "make target - only prepare the default target under data/models/"
 
-$(STAMP): requirements.txt requirements-nodeps.txt requirements-sglang-cpu.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-nodeps.txt requirements-serve-cpu.txt \
+          requirements-sglang-cpu.txt constraints.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install $(PIPQ) --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 	$(PIP) install $(PIPQ) -c constraints.txt -r requirements.txt -r requirements-dev.txt 2>&1 | grep -v "^WARNING: Location"; test $${PIPESTATUS[0]} -eq 0
 	$(PIP) install $(PIPQ) --no-deps -r requirements-nodeps.txt 2>&1 | grep -v "^WARNING: Location"; test $${PIPESTATUS[0]} -eq 0
+	$(PIP) install $(PIPQ) -c constraints.txt -r requirements-serve-cpu.txt 2>&1 | grep -v "^WARNING: Location"; test $${PIPESTATUS[0]} -eq 0
 	$(PIP) install $(PIPQ) --no-deps -r requirements-sglang-cpu.txt 2>&1 | grep -v "^WARNING: Location"; test $${PIPESTATUS[0]} -eq 0
 	$(PIP) install $(PIPQ) --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location"; test $${PIPESTATUS[0]} -eq 0
 	$(PY) -m ipykernel install --prefix $(VENV) --name eagle3lab --display-name "eagle3lab (.venv)" >/dev/null

@@ -23,7 +23,10 @@ SUBCOMMAND_MODULES = [
     "eagle3lab.commands.vocab",
     "eagle3lab.commands.inspect",
     "eagle3lab.commands.convert",
+    "eagle3lab.commands.accept",
     "eagle3lab.commands.demo",
+    "eagle3lab.commands.serve",
+    "eagle3lab.commands.logs",
 ]
 
 

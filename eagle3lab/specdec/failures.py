@@ -1,0 +1,44 @@
+"""Checkpoints shaped like the seed failures, built from a healthy one, so that offline
+acceptance can show what a server would do with them.
+
+`sglang_config_speculators_keys`: an SGLang config (architectures LlamaForCausalLMEagle3)
+over speculators' `layers.0.*` decoder keys — what a half-done export looks like. SGLang's
+loader (the midlayer versions) drops every key it does not know without a word, so the
+decoder layer is served at its fresh initialisation and acceptance collapses to ~1.0.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def sglang_config_speculators_keys(healthy: str | os.PathLike, dst: str | os.PathLike, *,
+                                   target: str | os.PathLike | None = None) -> Path:
+    """Convert `healthy` (either format) to SGLang's format, then rename its `midlayer.*`
+    keys back to `layers.0.*`. Returns `dst`."""
+    import tempfile
+
+    from safetensors.torch import load_file, save_file
+
+    from ..formats.convert import convert_checkpoint
+    from ..formats.reader import Checkpoint
+    from ..formats.detect import detect_format
+    from ..fsutil import atomic_dir
+
+    healthy, dst = Path(healthy), Path(dst)
+    ck = Checkpoint(healthy)
+    fmt = detect_format(list(ck.tensors), ck.config)
+    ck.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = healthy
+        if fmt != "eagle3":
+            src = Path(tmp) / "sglang"
+            convert_checkpoint(healthy, src, to="sglang", target=target)
+        tensors = load_file(str(src / "model.safetensors"))
+        renamed = {("layers.0." + k[len("midlayer."):] if k.startswith("midlayer.") else k): v
+                   for k, v in tensors.items()}
+        with atomic_dir(dst) as out:
+            save_file(renamed, str(out / "model.safetensors"), metadata={"format": "pt"})
+            (out / "config.json").write_text((src / "config.json").read_text())
+    return dst

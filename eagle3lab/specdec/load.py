@@ -1,0 +1,57 @@
+"""Build a decoding engine from paths: the target, and a drafter loaded the way a serving
+engine would load it.
+
+Prevents decoding with a drafter that cannot fit the target: before any decoding the
+checkpoint is inspected against the target with the doctor, and fit errors (hidden size,
+fc width, vocab map, shapes, unreadable files) refuse the run with the doctor's finding
+codes. Serving-path failures are NOT refused: `load_as="sglang"` on a speculators-layout
+checkpoint is exactly the silent failure we want to reproduce offline.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+#: Doctor codes that mean "this drafter cannot be run against this target at all".
+FIT_CODES = ("unreadable", "format-unknown", "hidden-size", "fc-dim", "vocab-map", "shape")
+
+
+def native_engine(fmt: str) -> str:
+    """The engine a checkpoint's own format is loaded by without any renaming."""
+    return "speculators" if fmt == "speculators" else "sglang"
+
+
+def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLike | None = None,
+                steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
+                features: str = "fused", load_as: str | None = None, device: str = "auto",
+                dtype: str = "float32", seed: int = 0):
+    """A PlainEngine (no draft) or a SpecEngine. `load_as`: emulate that serving engine's
+    loading of the drafter (default: the checkpoint's native engine, i.e. as trained)."""
+    from ..errors import UserError
+    from ..formats.inspect import inspect_checkpoint
+    from ..formats.load_as import build_model, load_as as emulate
+    from ..target import Target, load_target
+    from .drafter import Drafter
+    from .engine import SpecEngine
+    from .plain import PlainEngine
+
+    tgt = target if isinstance(target, Target) else load_target(target, device=device,
+                                                                   dtype=dtype)
+    if draft is None:
+        return PlainEngine(tgt)
+    fmt = inspect_checkpoint(draft, target=tgt.path, check_values=False).format  # headers only
+    report = inspect_checkpoint(draft, target=tgt.path, engine=native_engine(fmt))
+    misfit = [f for f in report.errors() if f.code in FIT_CODES]
+    if misfit:
+        raise UserError(
+            f"The drafter {draft} does not fit the target {tgt.name}; refused before decoding. "
+            + " ".join(f"[{f.code}] {f.message}" for f in misfit)
+            + f" (run `eagle3lab inspect {draft} --target {tgt.path}` for the full report).")
+    state = emulate(draft, load_as or native_engine(report.format), target=tgt.path, seed=seed)
+    model = build_model(state).to(tgt.device, tgt.dtype)
+    drafter = Drafter(model)
+    if state.hot_token_ids is not None:
+        drafter.hot_ids = state.hot_token_ids.to(tgt.device)
+    return SpecEngine(tgt, drafter, capture_points=state.capture_points, steps=steps,
+                      topk=topk, draft_tokens=draft_tokens, features=features)

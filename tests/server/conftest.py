@@ -1,0 +1,67 @@
+"""Fixtures for the live-server tests: fake SGLang processes written as small Python
+scripts, and a check that no process a test started outlives it."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from server_fakes import processes_mentioning
+
+
+@pytest.fixture
+def fake_script(tmp_path):
+    """Write a fake server script under tmp_path; returns the argv that runs it."""
+    def make(body: str, name: str = "fake_server.py") -> list[str]:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(body))
+        return [sys.executable, str(path)]
+    return make
+
+
+def _servers_since(t0: float) -> list[psutil.Process]:
+    out = []
+    for p in processes_mentioning("eagle3lab serve"):
+        try:
+            if p.create_time() >= t0 - 1 and p.is_running():
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.fixture
+def no_orphans(tmp_path):
+    """After the test, no live process refers to this test's tmp_path (scripts, run dirs),
+    and no `eagle3lab serve` process started during the test is still alive."""
+    t0 = time.time()
+    yield
+    deadline = time.monotonic() + 5
+    while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = processes_mentioning(str(tmp_path))
+    for p in left:  # clean up so one failure does not leak into the next test
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    assert not left, f"orphan processes: {[(p.pid, p.cmdline()) for p in left]}"
+    deadline = time.monotonic() + 5
+    while _servers_since(t0) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    servers = [(p.pid, " ".join(p.cmdline())) for p in _servers_since(t0)]
+    assert not servers, f"reference servers outlived the test: {servers}"
+
+
+@pytest.fixture(scope="session")
+def untrained_draft_dir(tmp_path_factory, default_target_dir):
+    """An untrained (seeded random) EAGLE-3 drafter for the real default target, written
+    by speculators itself: it loads and serves, and is (almost) never accepted."""
+    from eagle3lab.formats.demo import make_speculators_draft
+
+    return make_speculators_draft(tmp_path_factory.mktemp("draft") / "untrained",
+                                  target=default_target_dir)

@@ -1,0 +1,70 @@
+"""notebooks/04_live_server.ipynb runs under papermill on CPU: the reference engine, the
+real default target, a baseline and a speculative arm (an untrained drafter), tiny size."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+NB = Path(__file__).resolve().parents[2] / "notebooks" / "04_live_server.ipynb"
+
+
+def _text(nb) -> str:
+    out = []
+    for c in nb["cells"]:
+        for o in c.get("outputs", []):
+            t = o.get("text") or o.get("data", {}).get("text/plain") or o.get(
+                "data", {}).get("text/markdown") or ""
+            out.append(t if isinstance(t, str) else "".join(t))
+    return "\n".join(out)
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_notebook_04_runs_under_papermill(tmp_path, default_target_dir, untrained_draft_dir,
+                                          no_orphans):
+    import papermill as pm
+
+    out = tmp_path / "04.ipynb"
+    run = tmp_path / "run"
+    pm.execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
+                        parameters={"engine": "reference", "target": str(default_target_dir),
+                                    "draft": str(untrained_draft_dir), "steps": 2,
+                                    "prompt_count": 2, "max_new_tokens": 6,
+                                    "device": "cpu", "silence_s": 60.0,
+                                    "startup_timeout_s": 180.0, "run_dir": str(run)})
+    nb = json.loads(out.read_text())
+    text = _text(nb)
+    assert "all servers stopped; no process of their groups remains" in text
+    images = [o for c in nb["cells"] for o in c.get("outputs", [])
+              if "image/png" in o.get("data", {})]
+    assert len(images) >= 3  # timeline, tokens/s, throughput over time
+    bench = json.loads((run / "bench.json").read_text())
+    from eagle3lab.server.reference import spec_engine_available
+
+    if not spec_engine_available()[0]:  # until the speculative engine lands
+        assert bench["verdicts"] == {"baseline": "ready"}
+        assert "speculative arm is skipped" in text
+        return
+    assert bench["verdicts"] == {"baseline": "ready", "speculative": "ready"}
+    assert len(images) >= 5  # and accept length over time, per-position acceptance
+    assert bench["skipped"] == {}
+    assert bench["infos"]["speculative"]["speculative_algorithm"] == "EAGLE3"
+    summary = (run / "summary.csv").read_text()
+    assert "baseline" in summary and "speculative" in summary
+    positions = (run / "positions.csv").read_text().splitlines()
+    assert len(positions) == 1 + 2  # header + positions 1..steps
+    assert (run / "baseline.log").exists() and (run / "speculative.log").exists()
+    codes = {f["code"] for f in bench["findings"]["speculative"]}
+    assert "acceptance-collapse" in codes  # an untrained drafter is never accepted
+    assert "no-speculation" in {f["code"] for f in bench["findings"]["baseline"]}
+
+
+def test_without_a_draft_only_the_baseline_runs():
+    from eagle3lab.server.bench import plan_arms
+
+    arms, notes = plan_arms(engine="reference", target="smollm2-135m-instruct", draft=None)
+    assert list(arms) == ["baseline"] and "speculative arm is skipped" in notes[0]
+    arms, notes = plan_arms(engine="sglang", target="/m", draft="/d", steps=4)
+    assert list(arms) == ["baseline", "speculative"] and notes == []
+    assert arms["speculative"].effective_draft_tokens == 5 and arms["baseline"].draft is None

@@ -1,0 +1,68 @@
+"""The reference server as a live process on the real default target: a healthy start seen
+by the watchdog, the benchmark client, SGLang-format logs, a clean stop, no orphans."""
+
+import pytest
+
+from eagle3lab.errors import UserError
+from eagle3lab.server import process
+from eagle3lab.server.bench import build_requests, http_json, run_requests, server_info
+from eagle3lab.server.launch import LaunchConfig, start
+from eagle3lab.server.logs import analyse_log
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_reference_server_start_bench_stop(tmp_path, default_target_dir, no_orphans):
+    from transformers import AutoTokenizer
+
+    cfg = LaunchConfig(engine="reference", target=str(default_target_dir), port=0,
+                       device="cpu")
+    h = start(cfg, run_dir=tmp_path / "run", name="baseline")
+    try:
+        st = h.watchdog(silence_s=60, poll_s=0.3).wait(180)
+        assert st["verdict"] == "ready", st
+        assert h.notes == []  # loopback: nothing to warn about
+        events = [e["event"] for e in st["events"]]
+        assert "phase load-weights" in events and "phase weights-loaded" in events
+
+        tok = AutoTokenizer.from_pretrained(default_target_dir)
+        reqs = build_requests(["What is 2+2?", "Name a colour."], tokenizer=tok)
+        df = run_requests(h.url, reqs, arm="baseline", max_new_tokens=5)
+        assert list(df["completion_tokens"]) == [5, 5]
+        assert df["spec_verify_ct"].isna().all()  # plain decoding: no spec fields, as SGLang
+
+        status, resp = http_json(h.url + "/generate", {
+            "text": ["Hi", "Bye"], "sampling_params": {"max_new_tokens": 2,
+                                                       "temperature": 0.0}})
+        assert status == 200 and len(resp) == 2
+        assert resp[0]["meta_info"]["finish_reason"] == {"type": "length", "length": 2}
+        assert set(resp[0]["meta_info"]) >= {"completion_tokens", "prompt_tokens",
+                                             "e2e_latency", "id"}
+        status, err = http_json(h.url + "/generate", {"text": "x", "sampling_params": {
+            "max_new_tokens": 2, "top_k": 5}})
+        assert status == 400 and "top_k" in err["error"]["message"]
+
+        info = server_info(h.url)
+        assert info["speculative_algorithm"] is None and info["production"] is False
+    finally:
+        rep = h.stop()
+    assert rep["signals"] == ["SIGTERM"] and rep["returncode"] == 0
+    assert not process.group_members(h.pgid)
+
+    r = analyse_log(h.log_path)
+    assert r["verdict"] == "ready" and r["crash"] is None
+    assert [p["phase"] for p in r["phases"]] == ["launch", "load-weights", "weights-loaded",
+                                                 "http-server", "ready"]
+    assert len(r["decode"]) == 1 + 2 + 2  # warm-up, two bench requests, one batch of two
+    assert all(d["accept_len"] is None and d["gen_throughput"] > 0 for d in r["decode"])
+    assert "Shutdown complete." in h.log_path.read_text()
+
+
+def test_draft_needs_the_speculative_engine(monkeypatch):
+    from eagle3lab.server import reference
+
+    monkeypatch.setattr(reference, "_spec_engine_loader", lambda: None)  # as before it landed
+    assert not reference.spec_engine_available()[0]
+    with pytest.raises(UserError, match="speculative engine"):
+        reference.load_engine(target="smollm2-135m-instruct", draft="/some/draft", steps=3,
+                              topk=1, draft_tokens=4)

@@ -28,6 +28,20 @@ class Arm:
     load_as: str | None = None
 
 
+def default_drafter(target: str = DEFAULT_TARGET) -> str | None:
+    """The drafter the demo uses when the user gives none: the one shipped in the repository
+    (data/drafters/<target>), else the demo run's trained one, else None."""
+    from pathlib import Path
+
+    from .config import data_root, repo_root
+
+    for path in (repo_root() / "data" / "drafters" / str(target),
+                 data_root() / "runs" / "default" / "train" / "final"):
+        if (Path(path) / "config.json").is_file():
+            return str(path)
+    return None
+
+
 def prompt_ids(tokenizer, prompts: Any, limit: int | None, max_prompt_tokens: int) -> list:
     """Chat-templated prompt ids; over-long prompts are truncated (kept: their end) with a
     warning, never an error."""

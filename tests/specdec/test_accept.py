@@ -1,0 +1,79 @@
+"""Offline acceptance end to end: measure, refuse misfits, truncate long prompts, CLI,
+and notebook 05 under papermill."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eagle3lab.accept import Arm, measure_acceptance, prompt_ids, summary_rows
+from eagle3lab.errors import UserError
+from eagle3lab.formats.demo import make_speculators_draft
+
+
+@pytest.fixture(scope="module")
+def tiny_draft(tmp_path_factory, tiny_target_dir):
+    return make_speculators_draft(tmp_path_factory.mktemp("d") / "draft",
+                                  target=tiny_target_dir, draft_vocab=512)
+
+
+def test_measure_acceptance_counts(tiny_target, tiny_draft):
+    r = measure_acceptance(target=tiny_target, arms=[Arm("a", str(tiny_draft)),
+                                                     Arm("last", str(tiny_draft), "last_layer")],
+                           limit=3, max_new_tokens=10, steps=3, progress=False)
+    assert r["requests"] == 3 and len(r["arms"]) == 2
+    for a in r["arms"]:
+        st = a["stats"]
+        assert a["matches_plain"] == 3, "greedy speculative output equals plain output"
+        assert sum(st["accept_histogram"]) == st["verify_ct"]
+        assert len(st["accept_histogram"]) == 4
+        assert st["tau"] == pytest.approx(st["completion_tokens"] / st["verify_ct"])
+        assert a["speedup_ceiling"] > a["speedup_predicted"] > 0
+    rows = summary_rows(r)
+    assert rows[1]["features"] == "last_layer" and "acc@3" in rows[0]
+
+
+def test_tree_setting(tiny_target, tiny_draft):
+    r = measure_acceptance(target=tiny_target, draft=str(tiny_draft), limit=2,
+                           max_new_tokens=8, steps=3, topk=2, draft_tokens=5, progress=False)
+    assert r["arms"][0]["matches_plain"] == 2 and r["arms"][0]["num_draft_tokens"] == 4
+
+
+@pytest.mark.real
+def test_misfit_drafter_refused_with_doctor_codes(default_target_dir, tiny_draft):
+    with pytest.raises(UserError, match=r"refused before decoding.*\[(hidden-size|fc-dim)\]"):
+        measure_acceptance(target=str(default_target_dir), draft=str(tiny_draft), limit=1,
+                           max_new_tokens=4, progress=False)
+
+
+def test_long_prompts_truncated_with_warning(tiny_target, capsys):
+    ids = prompt_ids(tiny_target.tokenizer, "eval", 3, 20)
+    assert all(len(x) <= 20 for _, x in ids)
+    assert "truncated to its last 20" in capsys.readouterr().out
+
+
+def test_cli_accept_json(tiny_target_dir, tiny_draft, capsys):
+    from eagle3lab.cli import main
+
+    rc = main(["accept", "--target", str(tiny_target_dir), "--draft", str(tiny_draft),
+               "--limit", "1", "--max-new-tokens", "6", "--steps", "2", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["arms"][0]["stats"]["verify_ct"] >= 1 and out["settings"]["steps"] == 2
+
+
+@pytest.mark.slow
+def test_notebook_05_runs_under_papermill(tmp_path, tiny_target_dir, tiny_draft):
+    import papermill as pm
+
+    nb = Path(__file__).resolve().parents[2] / "notebooks" / "05_acceptance.ipynb"
+    out = tmp_path / "05.ipynb"
+    pm.execute_notebook(str(nb), str(out), kernel_name="python3", progress_bar=False,
+                        parameters={"target": str(tiny_target_dir), "drafts": [str(tiny_draft)],
+                                    "limit": 1, "max_new_tokens": 6, "chain_lengths": [1, 2],
+                                    "compare_failures": True})
+    cells = json.loads(out.read_text())["cells"]
+    images = [o for c in cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) >= 3
+    text = json.dumps(cells)
+    assert "sglang config + layers.0 keys" in text and "last_layer features" in text

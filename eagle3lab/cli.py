@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES = [
     "eagle3lab.commands.regenerate",
     "eagle3lab.commands.extract",
     "eagle3lab.commands.vocab",
+    "eagle3lab.commands.train",
     "eagle3lab.commands.inspect",
     "eagle3lab.commands.convert",
     "eagle3lab.commands.accept",

@@ -1,0 +1,68 @@
+"""Fixtures for the training tests: a tiny target whose next-token distributions are SHARP
+(so matching them is a learnable task with a measurable accuracy), its shards, and one
+trained run shared by the tests that only read a run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+# On a CPU shared with other jobs, OpenMP threads that spin-wait for a descheduled sibling
+# make every op ~20x slower; passive waiting avoids it. Effective only if torch is not yet
+# imported in this process, and inherited by the papermill kernels the notebook tests start.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def make_llama(path: Path, tokenizer_src: Path, *, layers: int = 8, hidden: int = 64,
+               head_scale: float = 1.0, seed: int = 0) -> Path:
+    """Random Llama with the real SmolLM2 tokenizer; tied embeddings scaled by head_scale."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=2048, tie_word_embeddings=True,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(head_scale)
+    model.save_pretrained(path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (tokenizer_src / name).exists():
+            shutil.copy(tokenizer_src / name, path / name)
+    return path
+
+
+@pytest.fixture(scope="session")
+def sharp_target_dir(tmp_path_factory, default_target_dir) -> Path:
+    """8 layers, hidden 64, logits x40: the target's argmax is a stable function of context."""
+    return make_llama(tmp_path_factory.mktemp("sharp-llama"), default_target_dir,
+                      head_scale=40.0)
+
+
+@pytest.fixture(scope="session")
+def sharp_data(tmp_path_factory, sharp_target_dir) -> dict[str, str]:
+    """48 train / 12 held-out synthetic conversations through the sharp target; draft
+    vocab 64. Made by the library's own demo_data (which the notebooks use)."""
+    from eagle3lab.study import demo_data
+
+    return demo_data(tmp_path_factory.mktemp("sharp-data"), target=str(sharp_target_dir),
+                     n_train=48, n_eval=12, draft_vocab_size=64)
+
+
+#: The learning run: 8 epochs of 48 samples in 512-token batches (~48 steps, ~10 s).
+LEARN_KW = dict(epochs=8, max_tokens_per_batch=512, lr=1e-3, eval_every=8,
+                checkpoint_every=20, progress=False)
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, sharp_data) -> Path:
+    from eagle3lab.train import train
+
+    out = tmp_path_factory.mktemp("trained") / "run"
+    train(data=sharp_data["train"], eval_data=sharp_data["eval"], out=str(out), **LEARN_KW)
+    return out

@@ -14,6 +14,7 @@ ones is refused instead of mixing two kinds of responses in one file.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -28,7 +29,7 @@ from .prompts import chat_prompt_ids, conversation_record, load_prompts, prompts
 
 #: Parameters that change what a response is; a resumed run must use the same ones.
 _IDENTITY_KEYS = ("target_config_sha256", "prompts_sha256", "max_new_tokens", "temperature",
-                  "top_p", "seed", "system_prompt")
+                  "top_p", "seed", "system_prompt", "samples")
 
 
 def meta_path(out: Path) -> Path:
@@ -60,13 +61,14 @@ def regenerate(
     *, target: Any = DEFAULT_TARGET, prompts: str | os.PathLike = "train",
     out: str | os.PathLike, limit: int | None = None, max_new_tokens: int = 256,
     batch_size: int = 16, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
-    system_prompt: str | None = None, max_prompt_tokens: int = 1024,
+    system_prompt: str | None = None, max_prompt_tokens: int = 1024, samples: int = 1,
     device: str = "auto", dtype: str = "float32", progress: bool = True,
 ) -> dict[str, Any]:
     """Have the target answer `prompts`; append JSONL records to `out`. Returns a summary.
 
     target: a preset name, an HF directory / hub id, or an already loaded `Target`.
     temperature 0 = greedy; otherwise sampling seeded per batch with seed + first index.
+    samples: answers per prompt (record ids PROMPT_ID#k; use with temperature > 0).
     """
     import torch
     from tqdm.auto import tqdm
@@ -78,6 +80,10 @@ def regenerate(
     out = Path(out)
     check_writable_dir(out.parent)
     plist = load_prompts(prompts, limit=limit)
+    if samples > 1:
+        if temperature <= 0:
+            raise UserError("samples > 1 needs temperature > 0 (greedy answers would repeat).")
+        plist = [dataclasses.replace(p, id=f"{p.id}#{k}") for k in range(samples) for p in plist]
     tgt = target if isinstance(target, Target) else load_target(target, device=device,
                                                                    dtype=dtype)
     fp = prompts_fingerprint(prompts)
@@ -85,15 +91,17 @@ def regenerate(
         "target_config_sha256": tgt.config_sha256, "prompts_sha256": fp["sha256"],
         "max_new_tokens": max_new_tokens, "temperature": float(temperature),
         "top_p": float(top_p), "seed": seed, "system_prompt": system_prompt,
+        "samples": samples,
     }
     mpath = meta_path(out)
     if mpath.exists() and out.exists():
         old = json.loads(mpath.read_text())
-        diff = [k for k in _IDENTITY_KEYS if old.get("params", {}).get(k) != params[k]]
+        old_params = {"samples": 1, **old.get("params", {})}  # files made before `samples`
+        diff = [k for k in _IDENTITY_KEYS if old_params.get(k) != params[k]]
         if diff:
             raise UserError(
                 f"{out} was made with different parameters ({', '.join(diff)}: "
-                + ", ".join(f"{k}={old['params'].get(k)!r} now {params[k]!r}" for k in diff)
+                + ", ".join(f"{k}={old_params.get(k)!r} now {params[k]!r}" for k in diff)
                 + "). Resuming would mix two kinds of responses; choose a new --out or delete "
                 f"{out} and {mpath}.")
     done = _load_done(out)

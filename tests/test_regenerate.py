@@ -109,3 +109,14 @@ def test_real_target_resumes_without_duplicates(default_target_dir, tmp_path):
     assert recs[:2] == first
     # a real model answers in words: the response decodes to non-empty text
     assert all(r["response"].strip() for r in recs)
+
+
+def test_several_samples_per_prompt(tiny_target, prompts_file, tmp_path):
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(UserError, match="needs temperature > 0"):
+        regenerate(target=tiny_target, prompts=prompts_file, out=out, samples=2,
+                   progress=False)
+    s = regenerate(target=tiny_target, prompts=prompts_file, out=out, limit=2, samples=3,
+                   temperature=1.0, max_new_tokens=4, batch_size=4, progress=False)
+    assert s["records"] == 6
+    assert sorted(_ids(out)) == sorted(f"p{i}#{k}" for i in range(2) for k in range(3))

@@ -27,6 +27,8 @@ def add_parser(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (temperature > 0)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (per batch: seed + index)")
+    p.add_argument("--samples", type=int, default=1, help="sampled answers per prompt "
+                   "(ids PROMPT#k; needs --temperature > 0)")
     p.add_argument("--system-prompt", default=None, help="system message (default: template's)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--dtype", default="float32", help="model dtype (bfloat16 on GPUs)")
@@ -40,7 +42,8 @@ def run(args) -> int:
     s = regenerate(target=args.target, prompts=args.prompts, out=args.out, limit=args.limit,
                    max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
                    temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-                   system_prompt=args.system_prompt, device=args.device, dtype=args.dtype,
+                   system_prompt=args.system_prompt, samples=args.samples,
+                   device=args.device, dtype=args.dtype,
                    progress=not args.no_progress)
     print(f"{s['out']}: {s['records']} records ({s['new_records']} new, {s['new_tokens']} new "
           f"tokens, {s['tokens_per_s'] or 0:.1f} tok/s)")

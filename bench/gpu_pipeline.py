@@ -1,0 +1,132 @@
+"""The whole pipeline at GPU scale on the default target, one command, stages reused.
+
+regenerate (several sampled answers per train prompt, batched on the GPU, seeds recorded)
+-> extract (train and held-out eval) -> draft vocab map -> train -> pack the drafter for
+shipping (bf16, without the embedding the target already has) -> offline acceptance on the
+held-out prompts. Prints each stage's throughput and the wall time, and writes
+summary.json. The same library functions as the CPU demo; only sizes and device differ.
+
+    python -P bench/gpu_pipeline.py --out /tmp/gpu-run [--samples 12 --max-new-tokens 384
+        --batch-size 1024 --epochs 3 --draft-vocab-size 8192] [--stage all|data|train]
+
+On a CPU, tiny sizes check the code path:
+    python -P bench/gpu_pipeline.py --out /tmp/gp --device cpu --limit 4 --samples 2 \
+        --max-new-tokens 16 --epochs 1 --eval-limit 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def pack_drafter(final: Path, dst: Path) -> dict:
+    """Copy a trained speculators drafter without `embed_tokens` (the target's own), in
+    bf16, with its config and eagle3lab record; returns file facts."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from eagle3lab.fsutil import atomic_dir, sha256_file
+
+    weights = {}
+    for f in sorted(final.glob("*.safetensors")):
+        weights.update(load_file(str(f)))
+    keep = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous()
+            for k, v in weights.items() if k != "embed_tokens.weight"}
+    with atomic_dir(dst) as tmp:
+        save_file(keep, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        for name in ("config.json", "eagle3lab.json"):
+            if (final / name).exists():
+                (tmp / name).write_text((final / name).read_text())
+    f = dst / "model.safetensors"
+    return {"path": str(dst), "bytes": f.stat().st_size, "sha256": sha256_file(f),
+            "params": sum(v.numel() for v in keep.values())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="run directory (stages are reused)")
+    ap.add_argument("--target", default="smollm2-135m-instruct")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--stage", choices=["all", "data", "train"], default="all")
+    ap.add_argument("--limit", type=int, default=None, help="train prompts (default: all)")
+    ap.add_argument("--samples", type=int, default=12, help="sampled answers per prompt")
+    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--max-new-tokens", type=int, default=384)
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--eval-limit", type=int, default=None, help="eval prompts (default all)")
+    ap.add_argument("--draft-vocab-size", type=int, default=8192)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--ttt-steps", type=int, default=5)
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--max-tokens-per-batch", type=int, default=16384)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from eagle3lab.extract import extract
+    from eagle3lab.regenerate import regenerate
+    from eagle3lab.target import load_target, resolve_device
+    from eagle3lab.train import TrainConfig, train_run
+    from eagle3lab.vocab import build_shard_vocab
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = resolve_device(args.device)
+    cuda = dev.startswith("cuda")
+    dtype = "bfloat16" if cuda else "float32"
+    summary: dict = {"args": vars(args), "device": dev,
+                     "gpu": torch.cuda.get_device_name(0) if cuda else None, "stages": {}}
+    t_all = time.time()
+
+    def stage(name, fn):
+        t0 = time.time()
+        r = fn()
+        r = dict(r) if isinstance(r, dict) else {"result": r}
+        r["wall_s"] = round(time.time() - t0, 2)
+        summary["stages"][name] = r
+        print(f"[{name}] {json.dumps({k: v for k, v in r.items() if not isinstance(v, (list, dict))}, default=str)}",
+              flush=True)
+        return r
+
+    if args.stage in ("all", "data"):
+        tgt = load_target(args.target, device=dev, dtype=dtype)
+        stage("regenerate_train", lambda: regenerate(
+            target=tgt, prompts="train", out=out / "responses" / "train.jsonl", limit=args.limit,
+            samples=args.samples, temperature=args.temperature, seed=args.seed,
+            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, progress=False))
+        stage("regenerate_eval", lambda: regenerate(
+            target=tgt, prompts="eval", out=out / "responses" / "eval.jsonl",
+            limit=args.eval_limit, max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size, progress=False))
+        for split in ("train", "eval"):
+            stage(f"extract_{split}", lambda split=split: extract(
+                conversations=out / "responses" / f"{split}.jsonl", out=out / "shards" / split,
+                target=tgt, samples_per_shard=1024, max_tokens_per_batch=65536,
+                progress=False))
+        stage("vocab", lambda: build_shard_vocab(data=out / "shards" / "train",
+                                                 draft_vocab_size=args.draft_vocab_size))
+        del tgt
+        if cuda:
+            torch.cuda.empty_cache()
+    if args.stage in ("all", "train"):
+        cfg = TrainConfig(data=str(out / "shards" / "train"), eval_data=str(out / "shards" /
+                          "eval"), out=str(out / "train"), epochs=args.epochs, lr=args.lr,
+                          warmup_steps=50, schedule="cosine", ttt_steps=args.ttt_steps,
+                          max_tokens_per_batch=args.max_tokens_per_batch, eval_every=100,
+                          device=dev, progress=False, seed=args.seed,
+                          resume=(out / "train" / "run.json").exists())
+        stage("train", lambda: train_run(cfg))
+        stage("pack", lambda: pack_drafter(out / "train" / "final", out / "drafter"))
+    summary["wall_s"] = round(time.time() - t_all, 2)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    print(f"wall time {summary['wall_s']} s; summary in {out / 'summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -47,6 +47,7 @@ def synthetic_shards(root: Path, n: int = 24, draft_vocab_size: int = 8192) -> P
     tgt = load_target("smollm2-135m-instruct", device="cpu")
     tok = tgt.tokenizer
     prompts = load_prompts("train", limit=2 * n)
+    root.mkdir(parents=True, exist_ok=True)
     conv = root / "conversations.jsonl"
     with open(conv, "w") as f:
         for i in range(n):

@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 .PHONY: demo test setup target clean-venv help
 
 help:
-	@echo "make demo   - run the pipeline on the default target (sets everything up first)"
+	@echo "make demo   - run the whole pipeline on the default target and write a report (reports/<timestamp>/index.html)"
 	@echo "make test   - run the test suite (sets everything up first)"
 	@echo "make setup  - only create/update the virtualenv $(VENV)"
 	@echo "make target - only prepare the default target under data/models/"

@@ -33,8 +33,10 @@ def default_drafter(target: str = DEFAULT_TARGET) -> str | None:
     (data/drafters/<target>), else the demo run's trained one, else None."""
     from pathlib import Path
 
-    from .config import data_root, repo_root
+    from .config import TARGET_PRESETS, data_root, repo_root
 
+    if str(target) not in TARGET_PRESETS:
+        return None
     for path in (repo_root() / "data" / "drafters" / str(target),
                  data_root() / "runs" / "default" / "train" / "final"):
         if (Path(path) / "config.json").is_file():

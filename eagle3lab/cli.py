@@ -28,6 +28,7 @@ SUBCOMMAND_MODULES = [
     "eagle3lab.commands.demo",
     "eagle3lab.commands.serve",
     "eagle3lab.commands.logs",
+    "eagle3lab.commands.report",
 ]
 
 

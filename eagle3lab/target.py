@@ -140,10 +140,11 @@ def resolve_target_path(target: str | os.PathLike) -> str:
     anything else is passed to transformers as a hub id."""
     t = str(target)
     if t in TARGET_PRESETS:
-        from .default_target import prepare_target
+        from .default_target import STAMP_NAME, prepare_target
 
-        return str(prepare_target(name=t, verbose=False)) if not (
-            preset_dir(t) / "eagle3lab_target.json").exists() else str(preset_dir(t))
+        if (preset_dir(t) / STAMP_NAME).exists():
+            return str(preset_dir(t))
+        return str(prepare_target(name=t))  # first use: convert once (prints progress)
     p = Path(t).expanduser()
     if p.exists():
         if not p.is_dir() or not (p / "config.json").is_file():
@@ -290,7 +291,8 @@ def load_target(
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except Exception as e:  # OSError, ValueError, SafetensorError, ...: all mean bad input
         raise UserError(
-            f"Could not load the target {str(target)!r} from {path!r}: {type(e).__name__}: {(str(e) or '?').splitlines()[0]} "
+            f"Could not load the target {str(target)!r} from {path!r}: {type(e).__name__}: "
+            f"{(str(e) or '?').splitlines()[0]} "
             f"Check that it is a complete Hugging Face model directory (config.json, weights, "
             f"tokenizer files) or a reachable hub id.") from None
     model.to(dev).eval()

@@ -1,44 +1,31 @@
-"""`eagle3lab demo`: the pipeline on the embedded default target (what `make demo` runs)."""
+"""`eagle3lab demo`: the whole pipeline on the default target as a batch report (what
+`make demo` runs): `eagle3lab report --params params/cpu-demo.yaml`."""
 
 from __future__ import annotations
 
-import argparse
-
-from ..config import DEFAULT_TARGET
+from ..config import repo_root
 
 
 def add_parser(sub) -> None:
+    from .report import add_report_options
+
+    default = repo_root() / "params" / "cpu-demo.yaml"
     p = sub.add_parser(
-        "demo", help="run the pipeline on the default target (what `make demo` runs)",
-        description="Prepare the default target, have it answer shipped train and eval "
-        "prompts, extract hidden-state shards for both, and build the draft vocab map, in "
-        "data/runs/default (or --run-dir). Finished stages are reused: a second run takes "
-        "seconds.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--run-dir", default=None, help="run directory (default data/runs/default)")
-    p.add_argument("--target", default=DEFAULT_TARGET, help="preset, HF directory or hub id")
-    p.add_argument("--train-prompts", type=int, default=96, help="train prompts to answer")
-    p.add_argument("--eval-prompts", type=int, default=24, help="held-out prompts to answer")
-    p.add_argument("--max-new-tokens", type=int, default=160, help="answer length cap")
-    p.add_argument("--batch-size", type=int, default=16, help="generation batch size")
-    p.add_argument("--draft-vocab-size", type=int, default=8192, help="draft vocab size")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
+        "demo", help="run the whole pipeline on the default target and write a report "
+        "(what `make demo` runs)",
+        description="The batch report with the CPU demo parameters: prepare the default "
+        "target, regenerate train and eval responses, extract shards and the vocab map, "
+        "train a drafter, convert and inspect it, measure offline acceptance, benchmark the "
+        "reference server with and without speculation, and render every notebook into "
+        "reports/<timestamp>/ with an index.html. Stages live in data/runs/default and are "
+        "reused when complete, so a second run only re-executes the notebooks. "
+        "`--only target,data` runs just the data stages.",
+    )
+    add_report_options(p, params_default=str(default))
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from ..pipeline import run_demo
+    from .report import run_with
 
-    s = run_demo(run_dir=args.run_dir, target=args.target, train_prompts=args.train_prompts,
-                 eval_prompts=args.eval_prompts, max_new_tokens=args.max_new_tokens,
-                 batch_size=args.batch_size, draft_vocab_size=args.draft_vocab_size,
-                 device=args.device)
-    tr, ev = s["extract_train"], s["extract_eval"]
-    print(f"\nDone in {s['seconds']:.0f} s. Run directory: {s['paths']['run_dir']}")
-    print(f"  train: {tr['samples']} conversations, {tr['tokens']:,} tokens -> "
-          f"{s['paths']['shards_train']}")
-    print(f"  eval:  {ev['samples']} conversations, {ev['tokens']:,} tokens -> "
-          f"{s['paths']['shards_eval']}")
-    print(f"  vocab map: {s['vocab']['draft_vocab_size']} tokens, coverage "
-          f"{s['vocab']['coverage']:.1%}")
-    return 0
+    return run_with(args)

@@ -1,0 +1,270 @@
+"""`eagle3lab report`: parameters files checked before anything runs, the failure path (a
+notebook that raises skips only its dependents and the index says where and why), the
+whole plan end to end on a tiny target, and stage reuse on a second run."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# ---------------------------------------------------------------------------------------
+# record_summary: the contract between a notebook's last cell and the index
+# ---------------------------------------------------------------------------------------
+def test_summary_bundle_round_trips_and_cleans_values():
+    import numpy as np
+
+    from eagle3lab.report_summary import MIME, read_summary, summary_bundle
+
+    bundle = summary_bundle("05_acceptance", dict(
+        tau=np.float64(2.25), acc=[0.5, np.float32(0.25)], speedup=float("nan"),
+        arm="healthy", ok=True))
+    assert bundle[MIME]["numbers"] == {"tau": 2.25, "acc": [0.5, 0.25], "speedup": None,
+                                       "arm": "healthy", "ok": True}
+    assert "tau" in bundle["text/plain"] and "<table" in bundle["text/html"]
+    nb = {"cells": [{"cell_type": "code", "outputs": [
+        {"output_type": "display_data", "data": json.loads(json.dumps(bundle)),
+         "metadata": {}}]}]}
+    assert read_summary(nb)["tau"] == 2.25
+    assert read_summary({"cells": []}) is None
+    with pytest.raises(TypeError, match="object"):
+        summary_bundle("x", {"bad": object()})
+
+
+# ---------------------------------------------------------------------------------------
+# Parameters files
+# ---------------------------------------------------------------------------------------
+def _declared():
+    from eagle3lab.report import _declared_parameters
+    from eagle3lab.report_plan import PLAN
+
+    return _declared_parameters(PLAN, REPO / "notebooks")
+
+
+def _parse(raw):
+    from eagle3lab.report_params import parse_params
+    from eagle3lab.report_plan import PLAN
+
+    return parse_params(raw, PLAN, _declared())
+
+
+@pytest.mark.parametrize("name", ["cpu-demo.yaml", "gpu.yaml"])
+def test_shipped_params_files_match_the_notebooks(name):
+    rp = _parse(str(REPO / "params" / name))
+    assert rp.pipeline.target == "smollm2-135m-instruct"
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ({"05_acceptence": {}}, "unknown section '05_acceptence'"),
+    ({"01_extract": {"sample_cnt": 3}}, "01_extract.sample_cnt: not a parameter of "
+     "01_extract.ipynb"),
+    ({"01_extract": {"out_dir": "/x"}}, "01_extract.out_dir: set by the report"),
+    ({"01_extract": {"sample_count": "8"}}, "01_extract.sample_count: '8' (str) but "
+     "01_extract declares sample_count: int"),
+    ({"common": {"no_such_param": 1}}, "common.no_such_param: no notebook declares"),
+    ({"common": {"target": "x"}}, "common.target: the report sets target"),
+    ({"pipeline": {"train_promts": 3}}, "unknown field(s) train_promts"),
+    ({"pipeline": {"train": {"lr_schedle": "cosine"}}}, "unknown field(s) lr_schedle"),
+    ({"pipeline": {"train": {"out": "/x"}}}, "pipeline.train: out are set by the pipeline"),
+    ({"report": {"timeout": 5}}, "report.timeout: unknown"),
+])
+def test_params_errors_name_the_section_and_key(raw, expected):
+    from eagle3lab.errors import UserError
+
+    with pytest.raises(UserError) as e:
+        _parse(raw)
+    assert expected in str(e.value)
+
+
+def test_all_problems_are_reported_together():
+    from eagle3lab.errors import UserError
+
+    with pytest.raises(UserError) as e:
+        _parse({"nope": {}, "01_extract": {"sample_cnt": 3}})
+    assert "'nope'" in str(e.value) and "sample_cnt" in str(e.value)
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "notebooks").glob("*.ipynb")),
+                         ids=lambda p: p.name)
+def test_papermill_help_notebook_lists_every_parameter(path):
+    """The command line itself (not only inspect_notebook): each parameter of the parameters
+    cell is printed with its type, its default and its help text."""
+    import ast
+    import subprocess
+    import sys
+
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    names = [n.target.id for n in ast.parse(cell.source).body]
+    res = subprocess.run([sys.executable, "-m", "papermill", "--help-notebook", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    text = res.stdout + res.stderr
+    assert res.returncode == 0 and "Parameters inferred" in text, text
+    for name in names:
+        m = re.search(rf"^  {name}: (\w+) \(default (.*?)\)\s+(\S.*)$", text, re.M)
+        assert m, f"{path.name}: --help-notebook does not list {name} with type/default/help"
+        assert m.group(1) != "None" and m.group(3).strip()
+
+
+def test_only_accepts_unique_prefixes_and_adds_needed_stages():
+    from eagle3lab.errors import UserError
+    from eagle3lab.report_plan import PLAN, selected_steps
+
+    assert selected_steps(PLAN, ["03"]) == {"03_inspect_checkpoint", "convert", "train",
+                                            "data", "target"}
+    with pytest.raises(UserError, match="matches 6 steps"):
+        selected_steps(PLAN, ["0"])
+
+
+def test_cli_lists_report_and_demo_options(capsys):
+    from eagle3lab.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    out = capsys.readouterr().out
+    for opt in ("--params", "--only", "--out", "--timeout"):
+        assert opt in out
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    assert "cpu-demo.yaml" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------
+# The failure path: fixture notebooks, one of which raises
+# ---------------------------------------------------------------------------------------
+def _notebook(path: Path, *cells: str) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("n: int = 2  # how many", metadata={
+        "tags": ["parameters"]})] + [nbformat.v4.new_code_cell(c) for c in cells]
+    nbformat.write(nb, str(path))
+
+
+@pytest.mark.slow
+def test_a_failing_notebook_skips_only_its_dependents(tmp_path):
+    from eagle3lab.report import run_report
+    from eagle3lab.report_plan import Step
+
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    _notebook(nbs / "a_ok.ipynb", "from eagle3lab.report_summary import record_summary\n"
+              "record_summary('a_ok', answer=n * 21, per_position=[0.5, 0.25])")
+    _notebook(nbs / "b_raises.ipynb", "x = n + 1", "raise ValueError(f'planted failure {x}')",
+              "print('never reached')")
+    _notebook(nbs / "c_needs_b.ipynb", "print('must not run')")
+    _notebook(nbs / "d_independent.ipynb", "print('ran', n)")
+    plan = [Step("a_ok", "notebook"), Step("b_raises", "notebook", ("a_ok",)),
+            Step("c_needs_b", "notebook", ("b_raises",)), Step("d_independent", "notebook"),
+            Step("e_not_written_yet", "notebook")]
+    out = tmp_path / "report"
+    rep = run_report(params={"b_raises": {"n": 3}}, out=out, notebooks_dir=nbs, plan=plan,
+                     timeout_s=120, echo=None)
+    status = {e["name"]: e["status"] for e in rep["steps"]}
+    assert status == {"a_ok": "ok", "b_raises": "failed", "c_needs_b": "skipped",
+                      "d_independent": "ok", "e_not_written_yet": "missing"}
+    assert not rep["ok"]
+    b = next(e for e in rep["steps"] if e["name"] == "b_raises")
+    assert b["failed_cell"]["cell_index"] == 2  # parameters cell, x = n + 1, then the raise
+    assert b["error"]["ename"] == "ValueError" and "planted failure 4" in b["error"]["evalue"]
+    a = next(e for e in rep["steps"] if e["name"] == "a_ok")
+    assert a["summary"] == {"answer": 42, "per_position": [0.5, 0.25]}
+    index = (out / "index.html").read_text()
+    assert "planted failure 4" in index and "Failed in cell index 2 of b_raises.ipynb" in index
+    assert "href='b_raises.ipynb'" in index and "no summary" in index
+    assert "needs b_raises (failed)" in index
+    assert "does not exist (yet)" in index
+    assert "0.5 / 0.25" in index
+    for name in ("a_ok", "b_raises", "d_independent"):
+        assert (out / f"{name}.ipynb").exists() and (out / f"{name}.html").exists()
+    assert not (out / "c_needs_b.ipynb").exists()
+    assert "planted failure" in (out / "report.log").read_text()
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["counts"] == {"ok": 2, "failed": 1, "skipped": 1, "missing": 1}
+
+
+@pytest.mark.slow
+def test_a_cell_past_the_timeout_fails_its_notebook_only(tmp_path):
+    from eagle3lab.report import run_report
+    from eagle3lab.report_plan import Step
+
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    _notebook(nbs / "hangs.ipynb", "import time", "time.sleep(600)")
+    _notebook(nbs / "after.ipynb", "print('ran')")
+    rep = run_report(out=tmp_path / "report", notebooks_dir=nbs, timeout_s=3, echo=None,
+                     plan=[Step("hangs", "notebook"), Step("after", "notebook")])
+    hangs, after = rep["steps"]
+    assert (hangs["status"], after["status"]) == ("failed", "ok")
+    assert hangs["error"]["ename"] == "CellTimeoutError"
+    assert hangs["failed_cell"]["cell_index"] == 2
+    assert hangs["wall_s"] < 60
+
+
+# ---------------------------------------------------------------------------------------
+# The whole plan on a tiny target, and stage reuse
+# ---------------------------------------------------------------------------------------
+@pytest.mark.real
+@pytest.mark.slow
+def test_report_end_to_end_on_a_tiny_target(tiny_report):
+    from eagle3lab.report_plan import PLAN
+
+    report, _, out = tiny_report
+    status = {e["name"]: e["status"] for e in report["steps"]}
+    notebooks = [s.name for s in PLAN if s.kind == "notebook"]
+    present = [n for n in notebooks if (REPO / "notebooks" / f"{n}.ipynb").exists()]
+    assert all(status[n] == "ok" for n in present), status
+    assert all(status[s.name] in ("computed", "reused") for s in PLAN if s.kind == "stage")
+    assert report["ok"]
+    for n in present:
+        html = (out / f"{n}.html").read_text()
+        assert "data:image/png;base64," in html, f"{n}: figures are embedded"
+        assert "<script src=\"http" not in html and "cdnjs" not in html
+        nb = json.loads((out / f"{n}.ipynb").read_text())
+        assert nb["metadata"]["papermill"]["parameters"], f"{n} got the pipeline's parameters"
+    by = {e["name"]: e for e in report["steps"]}
+    assert by["01_extract"]["summary"]["samples"] == 2
+    assert by["03_inspect_checkpoint"]["summary"]["errors"] == 0  # the converted drafter
+    assert by["03_inspect_checkpoint"]["summary"]["tensors_differing_from_second"] == 0
+    assert by["04_live_server"]["summary"]["verdicts"]["baseline"] == "ready"
+    assert by["03_inspect_checkpoint"]["parameters"]["checkpoint"].endswith("converted/sglang")
+    index = (out / "index.html").read_text()
+    assert "<link" not in index and "<script" not in index
+    assert all(f"data-step='{n}'" in index for n in notebooks)
+    assert "torch" in index and "speculators" in index  # versions
+    assert (out / "report.json").exists()
+    assert "Ending Cell" in (out / "report.log").read_text()  # papermill's logged output
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_second_run_reuses_every_stage(tiny_report, tmp_path):
+    from eagle3lab.report import run_report
+
+    first, params, _ = tiny_report
+    work = Path(first["work_dir"])
+    run_json = (work / "train" / "run.json").stat().st_mtime_ns
+    rep = run_report(params=params, only=["convert"], out=tmp_path / "again", progress=False,
+                     echo=None)
+    stages = {e["name"]: e for e in rep["steps"] if e["kind"] == "stage"}
+    assert {n: e["status"] for n, e in stages.items()} == {
+        "target": "reused", "data": "reused", "train": "reused", "convert": "reused"}
+    assert all(e["status"] == "not selected" for e in rep["steps"] if e["kind"] == "notebook")
+    for split in ("train", "eval"):
+        meta = json.loads((work / "responses" / f"{split}.jsonl.meta.json").read_text())
+        assert meta["last_run"]["new_records"] == 0  # regenerate did nothing
+    assert (work / "train" / "run.json").stat().st_mtime_ns == run_json  # not retrained
+    # the record keeps when and how long the stage was computed the first time
+    first_data = next(e for e in first["steps"] if e["name"] == "data")["record"]
+    assert stages["data"]["record"]["computed_at"] == first_data["computed_at"]
+    assert stages["data"]["record"]["numbers"]["regenerate_tokens_per_s"] is not None
+    assert rep["wall_s"] < 60

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import pytest
+
+from testutil import make_tiny_llama
 
 
 @pytest.fixture(scope="session")
@@ -15,25 +15,6 @@ def default_target_dir() -> Path:
     from eagle3lab.default_target import prepare_target
 
     return prepare_target(verbose=False)
-
-
-def make_tiny_llama(path: Path, tokenizer_src: Path, *, layers: int = 8, hidden: int = 64,
-                    seed: int = 0) -> Path:
-    """A random-weight Llama with the real SmolLM2 tokenizer (vocab 49152), saved as HF dir."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=2048, tie_word_embeddings=True,
-                      bos_token_id=1, eos_token_id=2, pad_token_id=2)
-    model = LlamaForCausalLM(cfg).eval()
-    model.save_pretrained(path)
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if (tokenizer_src / name).exists():
-            shutil.copy(tokenizer_src / name, path / name)
-    return path
 
 
 @pytest.fixture(scope="session")
@@ -46,22 +27,3 @@ def tiny_target(tiny_target_dir):
     from eagle3lab.target import load_target
 
     return load_target(str(tiny_target_dir), device="cpu")
-
-
-def write_conversations(path: Path, tokenizer, n: int = 10, seed: int = 0) -> Path:
-    """Synthetic conversations in `regenerate`'s record format (no generation needed)."""
-    import random
-
-    from eagle3lab.prompts import Prompt, chat_prompt_ids, conversation_record
-
-    rng = random.Random(seed)
-    words = "the a model token draft layer state speed test data run fast slow good".split()
-    with open(path, "w") as f:
-        for i in range(n):
-            p = Prompt(f"c{i}", " ".join(rng.choice(words) for _ in range(rng.randint(3, 12))))
-            answer = " ".join(rng.choice(words) for _ in range(rng.randint(5, 40)))
-            resp = tokenizer(answer).input_ids + [tokenizer.eos_token_id]
-            rec = conversation_record(p, chat_prompt_ids(tokenizer, p.prompt), resp, answer,
-                                      "stop", None)
-            f.write(json.dumps(rec) + "\n")
-    return path

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from conftest import write_conversations
+from testutil import write_conversations
 from eagle3lab.errors import UserError
 from eagle3lab.extract import extract
 from eagle3lab.shards import MANIFEST, ShardSet

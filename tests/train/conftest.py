@@ -5,10 +5,11 @@ trained run shared by the tests that only read a run."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
+
+from testutil import make_tiny_llama
 
 # On a CPU shared with other jobs, OpenMP threads that spin-wait for a descheduled sibling
 # make every op ~20x slower; passive waiting avoids it. Effective only if torch is not yet
@@ -16,31 +17,10 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def make_llama(path: Path, tokenizer_src: Path, *, layers: int = 8, hidden: int = 64,
-               head_scale: float = 1.0, seed: int = 0) -> Path:
-    """Random Llama with the real SmolLM2 tokenizer; tied embeddings scaled by head_scale."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=2048, tie_word_embeddings=True,
-                      bos_token_id=1, eos_token_id=2, pad_token_id=2)
-    model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(head_scale)
-    model.save_pretrained(path)
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if (tokenizer_src / name).exists():
-            shutil.copy(tokenizer_src / name, path / name)
-    return path
-
-
 @pytest.fixture(scope="session")
 def sharp_target_dir(tmp_path_factory, default_target_dir) -> Path:
     """8 layers, hidden 64, logits x40: the target's argmax is a stable function of context."""
-    return make_llama(tmp_path_factory.mktemp("sharp-llama"), default_target_dir,
+    return make_tiny_llama(tmp_path_factory.mktemp("sharp-llama"), default_target_dir,
                       head_scale=40.0)
 
 

@@ -151,9 +151,9 @@ def test_eval_shards_of_another_hidden_size_are_refused(tmp_path, sharp_data,
     from eagle3lab.extract import extract
     from eagle3lab.train import train
 
-    from conftest import make_llama  # tests/train/conftest.py
+    from testutil import make_tiny_llama
 
-    small = make_llama(tmp_path / "h32", default_target_dir, hidden=32)
+    small = make_tiny_llama(tmp_path / "h32", default_target_dir, hidden=32)
     conv = Path(sharp_data["eval"]).parent.parent / "eval.jsonl"
     extract(conversations=conv, out=tmp_path / "ev32", target=str(small), progress=False,
             limit=3)

@@ -1,0 +1,52 @@
+"""Test helpers shared by all test directories (a module, not a conftest, so that it
+imports the same way from every directory)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+
+def make_tiny_llama(path: Path, tokenizer_src: Path, *, layers: int = 8, hidden: int = 64,
+                    head_scale: float = 1.0, seed: int = 0) -> Path:
+    """A random-weight Llama with the real SmolLM2 tokenizer (vocab 49152), saved as HF dir.
+
+    head_scale multiplies the tied embedding/head: > 1 makes next-token distributions sharp
+    (a learnable task for training tests)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=2048, tie_word_embeddings=True,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    model = LlamaForCausalLM(cfg).eval()
+    if head_scale != 1.0:
+        with torch.no_grad():
+            model.model.embed_tokens.weight.mul_(head_scale)
+    model.save_pretrained(path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (tokenizer_src / name).exists():
+            shutil.copy(tokenizer_src / name, path / name)
+    return path
+
+
+def write_conversations(path: Path, tokenizer, n: int = 10, seed: int = 0) -> Path:
+    """Synthetic conversations in `regenerate`'s record format (no generation needed)."""
+    import random
+
+    from eagle3lab.prompts import Prompt, chat_prompt_ids, conversation_record
+
+    rng = random.Random(seed)
+    words = "the a model token draft layer state speed test data run fast slow good".split()
+    with open(path, "w") as f:
+        for i in range(n):
+            p = Prompt(f"c{i}", " ".join(rng.choice(words) for _ in range(rng.randint(3, 12))))
+            answer = " ".join(rng.choice(words) for _ in range(rng.randint(5, 40)))
+            resp = tokenizer(answer).input_ids + [tokenizer.eos_token_id]
+            rec = conversation_record(p, chat_prompt_ids(tokenizer, p.prompt), resp, answer,
+                                      "stop", None)
+            f.write(json.dumps(rec) + "\n")
+    return path

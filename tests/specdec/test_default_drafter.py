@@ -14,7 +14,9 @@ DRAFTER = Path(__file__).resolve().parents[2] / "data" / "drafters" / "smollm2-1
 #: Measured on the 2-core CPU for this drafter (see its README.md): tau ~1.7 at 3 steps
 #: over 12 prompts x 96 tokens. The floor leaves margin for a different prompt sample.
 TAU_FLOOR = 1.3
-COLLAPSED = 1.15
+#: "Collapse towards 1.0": the failure arms keep under 40% of the healthy excess over 1.0
+#: (measured: healthy 1.66, last_layer 1.08, dropped decoder keys 1.14) and stay below 1.25.
+COLLAPSE_SHARE, COLLAPSED = 0.4, 1.25
 
 
 def test_shipped_drafter_is_intact_and_small():
@@ -49,4 +51,6 @@ def test_tau_floor_and_failure_collapse(default_target_dir, tmp_path):
     tau = {a["name"]: a["stats"]["tau"] for a in r["arms"]}
     assert all(a["matches_plain"] == 3 for a in r["arms"]), "exact greedy output"
     assert tau["healthy"] >= TAU_FLOOR, tau
-    assert tau["last_layer"] < COLLAPSED and tau["keys dropped"] < COLLAPSED, tau
+    for arm in ("last_layer", "keys dropped"):
+        assert tau[arm] < COLLAPSED, tau
+        assert tau[arm] - 1 < COLLAPSE_SHARE * (tau["healthy"] - 1), tau

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from ..errors import UserError
 from ..fsutil import atomic_dir, atomic_write_json
 from .auxids import recorded_capture
-from .detect import RECORD_KEY, DraftConfig, detect_format, parse_draft_config
+from .detect import RECORD_KEY, DraftConfig, parse_draft_config
 from .findings import Report
 from .profiles import (ATTN_BIAS_PARTS, ATTN_PARTS, FIRST_LAYER_EXTRA, MLP_PARTS, NORM_PARTS,
                        SGLANG_0523, VERIFIER_KEYS, EngineProfile, capture_range,
@@ -126,7 +126,7 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *,
         if ck.problems:
             raise ConversionError("unreadable", "; ".join(f"{p.file}: {p.message}"
                                                           for p in ck.problems))
-        fmt = detect_format(list(ck.tensors), ck.config)
+        fmt = ck.format
         if fmt != SOURCE_FORMAT[to]:
             raise ConversionError("format-unknown" if fmt == "unknown" else "keys-layout",
                                   f"{src} is in the {fmt} format; --to {to} converts from "

@@ -114,6 +114,13 @@ class Checkpoint:
         self._read_config()
         self._index_weights()
 
+    @property
+    def format(self) -> str:
+        """speculators / eagle3 / unknown, from the config and tensor names (no data read)."""
+        from .detect import detect_format
+
+        return detect_format(list(self.tensors), self.config)
+
     # -- opening ---------------------------------------------------------------------------
     def _read_config(self) -> None:
         cfg = self.path / "config.json"

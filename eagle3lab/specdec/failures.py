@@ -23,12 +23,11 @@ def sglang_config_speculators_keys(healthy: str | os.PathLike, dst: str | os.Pat
 
     from ..formats.convert import convert_checkpoint
     from ..formats.reader import Checkpoint
-    from ..formats.detect import detect_format
     from ..fsutil import atomic_dir
 
     healthy, dst = Path(healthy), Path(dst)
     ck = Checkpoint(healthy)
-    fmt = detect_format(list(ck.tensors), ck.config)
+    fmt = ck.format
     ck.close()
     with tempfile.TemporaryDirectory() as tmp:
         src = healthy

@@ -31,6 +31,7 @@ def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLi
     from ..errors import UserError
     from ..formats.inspect import inspect_checkpoint
     from ..formats.load_as import build_model, load_as as emulate
+    from ..formats.reader import Checkpoint
     from ..target import Target, load_target
     from .drafter import Drafter
     from .engine import SpecEngine
@@ -40,7 +41,9 @@ def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLi
                                                                    dtype=dtype)
     if draft is None:
         return PlainEngine(tgt)
-    fmt = inspect_checkpoint(draft, target=tgt.path, check_values=False).format  # headers only
+    ck = Checkpoint(draft)  # headers only: which engine loads this format natively
+    fmt = ck.format
+    ck.close()
     report = inspect_checkpoint(draft, target=tgt.path, engine=native_engine(fmt))
     misfit = [f for f in report.errors() if f.code in FIT_CODES]
     if misfit:
@@ -48,7 +51,7 @@ def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLi
             f"The drafter {draft} does not fit the target {tgt.name}; refused before decoding. "
             + " ".join(f"[{f.code}] {f.message}" for f in misfit)
             + f" (run `eagle3lab inspect {draft} --target {tgt.path}` for the full report).")
-    state = emulate(draft, load_as or native_engine(report.format), target=tgt.path, seed=seed)
+    state = emulate(draft, load_as or native_engine(fmt), target=tgt.path, seed=seed)
     model = build_model(state).to(tgt.device, tgt.dtype)
     drafter = Drafter(model)
     if state.hot_token_ids is not None:

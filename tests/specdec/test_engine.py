@@ -9,10 +9,12 @@ import torch
 
 from eagle3lab.errors import UserError
 from eagle3lab.prompts import chat_prompt_ids
-from eagle3lab.specdec.drafter import Drafter, random_drafter
+from eagle3lab.formats.demo import make_speculators_draft
 from eagle3lab.specdec.engine import SpecEngine
+from eagle3lab.specdec.load import load_engine
 from eagle3lab.specdec.plain import PlainEngine
-from oracle import OracleDrafter
+from eagle3lab.specdec.drafter import Drafter
+from oracle import OracleDrafter, random_drafter
 
 SETTINGS = [(3, 1, None), (5, 1, None), (4, 3, 10)]  # (steps, topk, draft_tokens)
 
@@ -54,17 +56,19 @@ def test_greedy_output_equals_plain_with_oracle(real_target, greedy_case, steps,
 @pytest.mark.real
 @pytest.mark.parametrize("steps,topk,draft_tokens", [(3, 1, None), (3, 3, 7)])
 def test_greedy_output_equals_plain_with_real_drafter(real_target, greedy_case, steps, topk,
-                                                      draft_tokens):
+                                                      draft_tokens, tmp_path):
     ids, plain = greedy_case
-    drafter = Drafter(random_drafter(real_target, draft_vocab_size=4096, seed=1))
-    r = SpecEngine(real_target, drafter, steps=steps, topk=topk,
-                   draft_tokens=draft_tokens).generate(ids, max_new_tokens=24)
+    draft = make_speculators_draft(tmp_path / "d", target=real_target.path, draft_vocab=4096,
+                                   seed=1)
+    eng = load_engine(target=real_target, draft=draft, steps=steps, topk=topk,
+                      draft_tokens=draft_tokens)
+    r = eng.generate(ids, max_new_tokens=24)
     assert r.output_ids == plain.output_ids
     assert r.accept_length < 1.3  # an untrained drafter is (almost) never accepted
 
 
 def test_draft_token_budget_rules(tiny_target):
-    d = Drafter(random_drafter(tiny_target))
+    d = OracleDrafter([1, 2, 3], tiny_target.vocab_size, tiny_target.hidden_size)
     assert SpecEngine(tiny_target, d, steps=4, topk=1, draft_tokens=99).draft_tokens == 5
     with pytest.raises(UserError, match="draft_tokens"):
         SpecEngine(tiny_target, d, steps=2, topk=2, draft_tokens=9)
@@ -88,6 +92,7 @@ def test_stop_token_inside_accepted_drafts_ends_output(tiny_target):
 
 
 def _tiny_vocab_target(vocab=12, seed=3):
+    """A 12-token Llama in memory (no tokenizer: the test feeds token ids)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from eagle3lab.target import Target

@@ -1,17 +1,22 @@
 """The whole pipeline at GPU scale on the default target, one command, stages reused.
 
-regenerate (several sampled answers per train prompt, batched on the GPU, seeds recorded)
--> extract (train and held-out eval) -> draft vocab map -> train -> pack the drafter for
-shipping (bf16, without the embedding the target already has) -> offline acceptance on the
-held-out prompts. Prints each stage's throughput and the wall time, and writes
-summary.json. The same library functions as the CPU demo; only sizes and device differ.
+self-prompt (the target writes N user prompts, Magpie-style; held-out eval prompts
+excluded) -> regenerate (greedy answers to those and to the shipped train prompts, plus
+`--samples` sampled answers per train prompt; batched on the GPU, seeds recorded) ->
+extract (train and held-out eval) -> draft vocab map -> train -> pack the drafter for
+shipping (bf16, without the embedding the target already has). Prints each stage's
+throughput and the wall time, and writes summary-STAGE-TRAINNAME.json. The same library
+functions as the CPU demo; only sizes and device differ. Every stage resumes where it
+stopped (so a run can be spread over several time-limited calls: `--stage data`, then
+`--stage train`).
 
-    python -P bench/gpu_pipeline.py --out /tmp/gpu-run [--samples 12 --max-new-tokens 384
-        --batch-size 1024 --epochs 3 --draft-vocab-size 8192] [--stage all|data|train]
+    python -P bench/gpu_pipeline.py --out /tmp/gpu-run --stage data --self-prompts 16000
+    python -P bench/gpu_pipeline.py --out /tmp/gpu-run --stage train --epochs 8 \
+        [--train-name lmhead --train-lm-head]
 
 On a CPU, tiny sizes check the code path:
     python -P bench/gpu_pipeline.py --out /tmp/gp --device cpu --limit 4 --samples 2 \
-        --max-new-tokens 16 --epochs 1 --eval-limit 2
+        --self-prompts 4 --self-prompt-batch 8 --max-new-tokens 16 --epochs 1 --eval-limit 2
 """
 
 from __future__ import annotations
@@ -45,6 +50,22 @@ def pack_drafter(final: Path, dst: Path) -> dict:
             "params": sum(v.numel() for v in keep.values())}
 
 
+def concat_jsonl(parts: list[Path], dst: Path) -> dict:
+    """One conversations file from several (ids are distinct by construction). Left
+    untouched when it already holds exactly that (a resumed run extracts the same data);
+    rewritten when the parts changed, so that extract refuses its stale shards instead of
+    silently training on the old mix."""
+    from eagle3lab.fsutil import atomic_path
+
+    data = b"".join(p.read_bytes() for p in parts)
+    same = dst.exists() and dst.read_bytes() == data
+    if not same:
+        with atomic_path(dst) as tmp:
+            tmp.write_bytes(data)
+    return {"out": str(dst), "records": data.count(b"\n"), "rewritten": not same,
+            "parts": [str(p) for p in parts]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -53,7 +74,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--stage", choices=["all", "data", "train"], default="all")
     ap.add_argument("--limit", type=int, default=None, help="train prompts (default: all)")
-    ap.add_argument("--samples", type=int, default=12, help="sampled answers per prompt")
+    ap.add_argument("--samples", type=int, default=12,
+                    help="sampled answers per shipped train prompt (0: none)")
+    ap.add_argument("--greedy-train", action=argparse.BooleanOptionalAction, default=False,
+                    help="also one greedy answer per shipped train prompt")
+    ap.add_argument("--self-prompts", type=int, default=0,
+                    help="user prompts the target writes itself, answered greedily")
+    ap.add_argument("--self-prompt-batch", type=int, default=2048,
+                    help="user turns sampled together")
+    ap.add_argument("--self-prompt-tokens", type=int, default=96,
+                    help="length cap of a self-written prompt")
+    ap.add_argument("--train-name", default="train", help="run directory name under --out")
+    ap.add_argument("--train-lm-head", action="store_true", help="train the draft head too")
+    ap.add_argument("--ttt-decay", type=float, default=1.0,
+                    help="TTT loss weight decay per position")
+    ap.add_argument("--checkpoint-every", type=int, default=200, help="steps")
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--max-new-tokens", type=int, default=384)
@@ -65,11 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--max-tokens-per-batch", type=int, default=16384)
     args = ap.parse_args(argv)
+    if args.stage in ("all", "data") and not (args.self_prompts or args.greedy_train
+                                              or args.samples):
+        ap.error("no training data: give --self-prompts, --greedy-train or --samples")
 
     import torch
 
     from eagle3lab.extract import extract
     from eagle3lab.regenerate import regenerate
+    from eagle3lab.selfprompt import synthesize_prompts
     from eagle3lab.target import load_target, resolve_device
     from eagle3lab.train import TrainConfig, train_run
     from eagle3lab.vocab import build_shard_vocab
@@ -95,10 +134,32 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.stage in ("all", "data"):
         tgt = load_target(args.target, device=dev, dtype=dtype)
-        stage("regenerate_train", lambda: regenerate(
-            target=tgt, prompts="train", out=out / "responses" / "train.jsonl", limit=args.limit,
-            samples=args.samples, temperature=args.temperature, seed=args.seed,
-            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, progress=False))
+        resp = out / "responses"
+        parts = []
+        if args.self_prompts:
+            stage("self_prompt", lambda: synthesize_prompts(
+                target=tgt, out=out / "prompts" / "self.jsonl", n=args.self_prompts,
+                batch_size=args.self_prompt_batch, max_new_tokens=args.self_prompt_tokens,
+                seed=args.seed, progress=False))
+            stage("regenerate_self", lambda: regenerate(
+                target=tgt, prompts=out / "prompts" / "self.jsonl", out=resp / "self.jsonl",
+                max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                progress=False))
+            parts.append(resp / "self.jsonl")
+        if args.greedy_train:
+            stage("regenerate_train_greedy", lambda: regenerate(
+                target=tgt, prompts="train", out=resp / "train_greedy.jsonl",
+                limit=args.limit, max_new_tokens=args.max_new_tokens,
+                batch_size=args.batch_size, progress=False))
+            parts.append(resp / "train_greedy.jsonl")
+        if args.samples:
+            stage("regenerate_train", lambda: regenerate(
+                target=tgt, prompts="train", out=resp / "train_sampled.jsonl",
+                limit=args.limit, samples=args.samples, temperature=args.temperature,
+                seed=args.seed, max_new_tokens=args.max_new_tokens,
+                batch_size=args.batch_size, progress=False))
+            parts.append(resp / "train_sampled.jsonl")
+        stage("concat", lambda: concat_jsonl(parts, resp / "train.jsonl"))
         stage("regenerate_eval", lambda: regenerate(
             target=tgt, prompts="eval", out=out / "responses" / "eval.jsonl",
             limit=args.eval_limit, max_new_tokens=args.max_new_tokens,
@@ -114,17 +175,23 @@ def main(argv: list[str] | None = None) -> int:
         if cuda:
             torch.cuda.empty_cache()
     if args.stage in ("all", "train"):
-        cfg = TrainConfig(data=str(out / "shards" / "train"), eval_data=str(out / "shards" /
-                          "eval"), out=str(out / "train"), epochs=args.epochs, lr=args.lr,
+        cfg = TrainConfig(data=str(out / "shards" / "train"),
+                          eval_data=str(out / "shards" / "eval"),
+                          out=str(out / args.train_name), epochs=args.epochs, lr=args.lr,
                           warmup_steps=50, schedule="cosine", ttt_steps=args.ttt_steps,
                           max_tokens_per_batch=args.max_tokens_per_batch, eval_every=100,
                           device=dev, progress=False, seed=args.seed,
-                          resume=(out / "train" / "run.json").exists())
+                          resume=(out / args.train_name / "run.json").exists(),
+                          train_lm_head=args.train_lm_head,
+                          ttt_step_loss_decay=args.ttt_decay,
+                          checkpoint_every=args.checkpoint_every)
         stage("train", lambda: train_run(cfg))
-        stage("pack", lambda: pack_drafter(out / "train" / "final", out / "drafter"))
+        stage("pack", lambda: pack_drafter(out / args.train_name / "final",
+                                           out / f"drafter-{args.train_name}"))
     summary["wall_s"] = round(time.time() - t_all, 2)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    print(f"wall time {summary['wall_s']} s; summary in {out / 'summary.json'}")
+    summary_path = out / f"summary-{args.stage}-{args.train_name}.json"
+    summary_path.write_text(json.dumps(summary, indent=2, default=str))
+    print(f"wall time {summary['wall_s']} s; summary in {summary_path}")
     return 0
 
 

@@ -44,6 +44,19 @@ def default_drafter(target: str = DEFAULT_TARGET) -> str | None:
     return None
 
 
+def fastest_cpu_dtype() -> str:
+    """The dtype that decodes fastest on this CPU: bfloat16 where the CPU has native bf16
+    (avx512_bf16 / AMX; with one thread it is the fastest for plain decoding too, and its
+    verify cost hardly grows with the tokens verified), else float32 (emulated bf16 is
+    several times slower). Measured on a 2-core EPYC with avx512_bf16: plain step 28-30 ms
+    in bf16 on one thread vs 42-48 ms in fp32; verifying 4 tokens 30 ms vs 68 ms."""
+    try:
+        flags = open("/proc/cpuinfo", encoding="utf-8").read()
+    except OSError:
+        return "float32"
+    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+
+
 def prompt_ids(tokenizer, prompts: Any, limit: int | None, max_prompt_tokens: int) -> list:
     """Chat-templated prompt ids; over-long prompts are truncated (kept: their end) with a
     warning, never an error."""
@@ -65,12 +78,31 @@ def measure_acceptance(
     arms: list[Arm] | None = None, prompts: str | os.PathLike = "eval", limit: int | None = 24,
     max_new_tokens: int = 128, steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
     temperature: float = 0.0, seed: int = 0, device: str = "auto", dtype: str = "float32",
-    progress: bool = True,
+    threads: int = 0, progress: bool = True,
 ) -> dict[str, Any]:
     """Decode `prompts` plainly and with each arm; return raw counts, rates and speedups.
 
     draft: one drafter checkpoint (a single healthy arm); arms: several configurations.
+    threads: torch CPU threads for this measurement (0: leave as is; restored after).
     """
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        out = _measure(target=target, draft=draft, arms=arms, prompts=prompts, limit=limit,
+                       max_new_tokens=max_new_tokens, steps=steps, topk=topk,
+                       draft_tokens=draft_tokens, temperature=temperature, seed=seed,
+                       device=device, dtype=dtype, progress=progress)
+    finally:
+        torch.set_num_threads(before)
+    out["settings"]["threads"] = threads or before
+    return out
+
+
+def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk,
+             draft_tokens, temperature, seed, device, dtype, progress) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     from .errors import UserError
@@ -108,7 +140,7 @@ def measure_acceptance(
         "target": tgt.describe(), "prompts": str(prompts), "requests": len(plist),
         "settings": {"steps": steps, "topk": topk, "draft_tokens": draft_tokens,
                      "temperature": temperature, "max_new_tokens": max_new_tokens,
-                     "seed": seed},
+                     "seed": seed, "dtype": str(tgt.dtype).replace("torch.", "")},
         "plain": {"completion_tokens": plain_stats.completion_tokens,
                   "decode_s": plain_stats.decode_s, "tokens_per_s": plain_stats.tokens_per_s,
                   "step_s": plain_step_s},

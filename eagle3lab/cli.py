@@ -18,6 +18,7 @@ from .errors import UserError
 #: Modules that register subcommands, in the order `--help` lists them (pipeline order).
 SUBCOMMAND_MODULES = [
     "eagle3lab.commands.prepare",
+    "eagle3lab.commands.selfprompt",
     "eagle3lab.commands.regenerate",
     "eagle3lab.commands.extract",
     "eagle3lab.commands.vocab",
@@ -36,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eagle3lab",
         description="A research workbench for EAGLE-3 draft models: prepare a target, "
-        "regenerate training responses with it, extract hidden-state shards, and more. "
+        "have it write prompts and regenerate training responses, extract hidden-state "
+        "shards, and more. "
         "Run `eagle3lab COMMAND --help` for each command.",
     )
     parser.add_argument("--version", action="version", version=f"eagle3lab {__version__}")

@@ -126,8 +126,11 @@ def final_table(frames: Sequence[Any], *, plateau_metric: str = "eval_loss_0",
     return pd.DataFrame(rows).set_index("run")
 
 
-def plot_study_curves(study_dir, *, metric: str = "eval_loss_mean"):
-    """Eval metric against tokens for every run of a study, one colour per arm."""
+def plot_study_curves(study_dir, *, metric: str = "eval_loss_mean", extra: Sequence[Any] = (),
+                      logx: bool = False):
+    """Eval metric against tokens for every run of a study, one colour per arm. `extra`:
+    more read_metrics frames drawn in black (e.g. `study.drafter_curve`: a drafter trained
+    on far more data, on its own eval split, labelled so); `logx`: log token axis."""
     import json
     from pathlib import Path
 
@@ -146,16 +149,27 @@ def plot_study_curves(study_dir, *, metric: str = "eval_loss_mean"):
         if metric not in df.columns:
             continue
         d = df[["tokens", metric]].dropna()
+        d = d[d["tokens"] > 0] if logx else d
         arm = (r["data_fraction"], r["weight_decay"])
         first = r["seed"] == min(x["seed"] for x in study["runs"]
                                  if (x["data_fraction"], x["weight_decay"]) == arm)
         ax.plot(d["tokens"], d[metric], marker="o", ms=3, color=colors[arms.index(arm) % 10],
                 label=f"fraction {arm[0]:g}, wd {arm[1]:g}" if first else None)
+    for k, df in enumerate(f for f in extra if f is not None and metric in f.columns):
+        d = df[["tokens", metric]].dropna()
+        d = d[d["tokens"] > 0] if logx else d
+        ax.plot(d["tokens"], d[metric], color="k", ls=("--", "-.", ":")[k % 3], marker="s",
+                ms=3, label=df.attrs.get("run", "extra"))
     for level in study["budget_tokens_levels"]:
         ax.axvline(level, color="grey", ls=":", lw=1)
-    ax.set_xlabel("tokens processed (positions); dotted: equal-compute levels")
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel("tokens processed (positions)" + (", log scale" if logx else "")
+                  + "; dotted: equal-compute levels")
     ax.set_ylabel(metric + (" (nats)" if "loss" in metric else ""))
-    ax.set_title(f"{metric} during training, every seed (equal compute per run)")
+    ax.set_title(f"{metric} during training, every seed (equal compute per run)"
+                 + ("\nblack: not equal compute (its label names its eval split)"
+                    if extra else ""))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -183,5 +197,36 @@ def plot_equal_compute(table, *, metric: str = "eval_loss_mean"):
         ax.set_ylabel(metric + (" (nats)" if "loss" in metric else ""))
         ax.grid(alpha=0.3, axis="y")
     fig.suptitle("Equal compute: bars = mean over seeds, dots = seeds")
+    fig.tight_layout()
+    return fig
+
+
+def plot_data_scaling(scaling, *, metrics: Sequence[str] = ("eval_full_acc_0",
+                                                            "eval_sim_accept_len")):
+    """`study.data_scaling_table`: each metric against training-data tokens (log axis),
+    study runs as dots coloured by arm, the large-data drafter as a labelled star."""
+    import matplotlib.pyplot as plt
+
+    metrics = [m for m in metrics if m in scaling.columns]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 3.8), squeeze=False)
+    large = scaling[scaling["data_fraction"].isna()]
+    runs = scaling[scaling["data_fraction"].notna()]
+    arms = sorted({(f, w) for f, w in zip(runs["data_fraction"], runs["weight_decay"])})
+    for ax, metric in zip(axes[0], metrics):
+        for j, (f, w) in enumerate(arms):
+            t = runs[(runs["data_fraction"] == f) & (runs["weight_decay"] == w)]
+            ax.scatter(t["train_tokens"], t[metric], color="C%d" % j, s=25,
+                       label=f"frac {f:g}, wd {w:g} (equal compute)")
+        for _, r in large.iterrows():
+            ax.scatter([r["train_tokens"]], [r[metric]], color="k", marker="*", s=160,
+                       label=f"{r['run']} (not equal compute)")
+            ax.annotate(f"{r[metric]:.3g}", (r["train_tokens"], r[metric]),
+                        textcoords="offset points", xytext=(6, -12), fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel("training data: tokens per pass (log scale)")
+        ax.set_ylabel(metric + (" (nats)" if "loss" in metric else ""))
+        ax.set_title(f"{metric} on the same held-out shards")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -11,6 +11,9 @@ spread (at least two seeds), so a difference inside the noise is called a tie.
 Layout: STUDY_DIR/study.json (config + plan), STUDY_DIR/runs/frac{f}-wd{wd}-seed{s}/
 (ordinary training runs; finished ones are skipped, interrupted ones resumed).
 `demo_data` makes tiny synthetic shards so the notebooks run standalone.
+
+The large-data arm (a drafter trained on far more data, evaluated on the study's own
+held-out batches) lives in eagle3lab.scaling.
 """
 
 from __future__ import annotations
@@ -154,7 +157,8 @@ def compare_at_equal_compute(study_dir: str | os.PathLike, *,
             out = {"run": r["name"], "data_fraction": r["data_fraction"],
                    "weight_decay": r["weight_decay"], "seed": r["seed"],
                    "multiplier": m, "budget_tokens": level, "tokens": int(row["tokens"]),
-                   "steps": int(row["step"]),
+                   "steps": int(row["step"]), "train_samples": info["data"]["train_samples"],
+                   "train_tokens": subset_tokens,
                    "epochs_over_subset": row["tokens"] / subset_tokens,
                    "status": info["status"]}
             out.update({c: row[c] for c in ev.columns if c.startswith("eval_")})
@@ -170,11 +174,12 @@ def offline_acceptance(*, prompts: str = "eval", limit: int = 8, max_new_tokens:
     """For `compare_at_equal_compute(acceptance=...)`: the accept length tau (bonus token
     included) of a run's final drafter, measured by eagle3lab.accept (greedy decoding of
     held-out prompts, plain vs speculative, against the target the shards came from)."""
-    def measure(final_dir: Path) -> float:
+    def measure(final_dir: Path, target: str | None = None) -> float:
+        """target: where the target is now (default: the path the drafter recorded)."""
         from .accept import measure_acceptance
 
         info = json.loads((Path(final_dir) / "eagle3lab.json").read_text())
-        r = measure_acceptance(target=info["data"]["train"]["target"]["path"],
+        r = measure_acceptance(target=target or info["data"]["train"]["target"]["path"],
                                draft=str(final_dir), prompts=prompts, limit=limit,
                                max_new_tokens=max_new_tokens, steps=steps, device=device,
                                progress=False)

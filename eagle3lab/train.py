@@ -75,6 +75,7 @@ class TrainConfig:
     ttt_step_loss_decay: float = 1.0  # loss weight decay**i at position i (EAGLE: 0.8)
     loss_fn: str = "kl_div"  # speculators loss name or JSON mix, eager implementation
     num_layers: int = 1  # draft decoder layers
+    train_lm_head: bool = False  # train the draft head too (speculators freezes it)
     serve_engine: Literal["sglang", "vllm"] = "sglang"  # picks ENGINE_PROFILES flags
     draft_attn: Literal["sdpa", "eager", "simple_flex_attention"] = "sdpa"
     eval_every: int = 50  # steps between evals (0 = only at the start and the end)
@@ -155,14 +156,33 @@ def build_drafter(*, target_path: str, aux, d2t, t2d, serve_engine: str = "sglan
     return model
 
 
-def load_drafter(path: str | os.PathLike, *, attn: str = "sdpa"):
+def load_drafter(path: str | os.PathLike, *, attn: str = "sdpa", target: str | None = None):
     """Load a saved drafter with speculators' own `from_pretrained` (verifier weights are
-    read from the target recorded in its config), forcing a CPU-capable attention."""
+    read from the target recorded in its config, or from `target` when given: the path in
+    config.json may be another machine's), forcing a CPU-capable attention.
+
+    A drafter saved without `embed_tokens` (packed for shipping: engines use the target's
+    embedding) would come out of from_pretrained with a ZERO embedding, since speculators
+    refills only NaN ones (measured on the default eval shards: position-0 accuracy 0.11
+    instead of 0.59); the target's embedding is loaded instead, as the engines do."""
+    from safetensors import safe_open
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+    from speculators.utils.loading import load_model_layers
 
     cfg = Eagle3SpeculatorConfig.from_pretrained(str(path))
     cfg.transformer_layer_config._attn_implementation = attn
-    return Eagle3DraftModel.from_pretrained(str(path), config=cfg)
+    if target is not None:
+        cfg.speculators_config.verifier.name_or_path = str(target)
+    model = Eagle3DraftModel.from_pretrained(str(path), config=cfg)
+    names: set[str] = set()
+    for f in sorted(Path(path).glob("*.safetensors")):
+        with safe_open(str(f), "pt") as h:
+            names.update(h.keys())
+    if "embed_tokens.weight" not in names:
+        w = load_model_layers(["embed_tokens.weight"],
+                              str(cfg.speculators_config.verifier.name_or_path))
+        model.embed_tokens.load_state_dict({"weight": w["embed_tokens.weight"]})
+    return model
 
 
 def check_drafter_against_shards(drafter_cfg: dict[str, Any], shards, d2t, what: str) -> None:
@@ -568,7 +588,12 @@ def _train_run(cfg: TrainConfig) -> dict[str, Any]:
         raise UserError(f"{out} already holds a run (status {previous.get('status')!r}). Pass "
                         f"resume=True (--resume) to continue it, or choose a new directory.")
     if previous:
-        old = {k: v for k, v in previous["config"].items() if k not in _RESUME_FREE}
+        missing = dataclasses.MISSING  # fields newer than the run take their defaults
+        defaults = {f.name: f.default if f.default is not missing else f.default_factory()
+                    for f in dataclasses.fields(TrainConfig)
+                    if f.default is not missing or f.default_factory is not missing}
+        old = {k: v for k, v in {**defaults, **previous["config"]}.items()
+               if k not in _RESUME_FREE}
         new = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _RESUME_FREE}
         diff = [f"{k}: run {old.get(k)!r}, now {new.get(k)!r}" for k in sorted(set(old) | set(new))
                 if old.get(k) != new.get(k)]
@@ -593,6 +618,8 @@ def _train_run(cfg: TrainConfig) -> dict[str, Any]:
                           num_layers=cfg.num_layers, attn=cfg.draft_attn)
     if cfg.init_from:
         _init_from(model, cfg.init_from, shards, d2t)
+    if cfg.train_lm_head:
+        model.lm_head.weight.requires_grad_(True)
     model.to(dev).train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)

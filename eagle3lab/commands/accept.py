@@ -42,7 +42,9 @@ def add_parser(sub) -> None:
     p.add_argument("--compare-failures", action="store_true", help="also measure the "
                    "last_layer arm and an SGLang-config/speculators-keys copy loaded as sglang")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda")
-    p.add_argument("--dtype", default="float32", help="float32 (CPU) or bfloat16 (GPU)")
+    p.add_argument("--dtype", default="float32", help="float32 (exact on CPU) or bfloat16 "
+                   "(GPUs; also the fastest on CPUs with native bf16, with --threads 1)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -50,6 +52,11 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     import tempfile
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     from ..accept import Arm, measure_acceptance, summary_rows
 

@@ -77,3 +77,17 @@ def test_notebook_05_runs_under_papermill(tmp_path, tiny_target_dir, tiny_draft)
     assert len(images) >= 3
     text = json.dumps(cells)
     assert "sglang config + layers.0 keys" in text and "last_layer features" in text
+    assert "thread(s)" in text and "outputs identical to plain" in text  # speed section
+
+
+def test_threads_are_set_for_the_measurement_and_restored(tiny_target_dir, tiny_draft):
+    import torch
+
+    from eagle3lab.accept import fastest_cpu_dtype, measure_acceptance
+
+    before = torch.get_num_threads()
+    r = measure_acceptance(target=str(tiny_target_dir), draft=str(tiny_draft), limit=1,
+                           max_new_tokens=4, steps=2, threads=1, progress=False)
+    assert r["settings"]["threads"] == 1 and r["settings"]["dtype"] == "float32"
+    assert torch.get_num_threads() == before
+    assert fastest_cpu_dtype() in ("bfloat16", "float32")

@@ -11,11 +11,12 @@ from eagle3lab.accept import Arm, default_drafter, measure_acceptance
 
 DRAFTER = Path(__file__).resolve().parents[2] / "data" / "drafters" / "smollm2-135m-instruct"
 
-#: Measured on the 2-core CPU for this drafter (see its README.md): tau ~1.7 at 3 steps
-#: over 12 prompts x 96 tokens. The floor leaves margin for a different prompt sample.
-TAU_FLOOR = 1.3
+#: Measured on the 2-core CPU for this drafter (fp32, these 3 prompts x 48 tokens, 3 steps):
+#: tau 1.80 (its README: 1.87 over 12 prompts x 96 tokens; the previous default drafter
+#: gave 1.66 here). The floor leaves margin for other hardware's rounding.
+TAU_FLOOR = 1.5
 #: "Collapse towards 1.0": the failure arms keep under 40% of the healthy excess over 1.0
-#: (measured: healthy 1.66, last_layer 1.08, dropped decoder keys 1.14) and stay below 1.25.
+#: (measured: healthy 1.80, last_layer 1.05, dropped decoder keys 1.13) and stay below 1.25.
 COLLAPSE_SHARE, COLLAPSED = 0.4, 1.25
 
 
@@ -54,3 +55,21 @@ def test_tau_floor_and_failure_collapse(default_target_dir, tmp_path):
     for arm in ("last_layer", "keys dropped"):
         assert tau[arm] < COLLAPSED, tau
         assert tau[arm] - 1 < COLLAPSE_SHARE * (tau["healthy"] - 1), tau
+
+
+@pytest.mark.real
+def test_packed_drafter_gets_the_target_embedding(default_target_dir):
+    """Shipped without embed_tokens, the drafter must be loaded with the target's embedding
+    (speculators' from_pretrained alone leaves it at zero)."""
+    import torch
+    from safetensors import safe_open
+    from speculators.utils.loading import load_model_layers
+
+    from eagle3lab.train import load_drafter
+
+    with safe_open(str(DRAFTER / "model.safetensors"), "pt") as h:
+        assert "embed_tokens.weight" not in h.keys()
+    model = load_drafter(DRAFTER, target=str(default_target_dir))
+    want = load_model_layers(["embed_tokens.weight"], str(default_target_dir))
+    assert torch.equal(model.embed_tokens.weight.float(),
+                       want["embed_tokens.weight"].float())

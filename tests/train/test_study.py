@@ -86,3 +86,45 @@ def test_verdict_arithmetic_on_a_known_table():
     assert "more data (data fraction 1" in v["text"] and "20.0% lower" in v["text"]
     tie = pd.DataFrame(rows).assign(eval_loss_mean=lambda d: 2.0 + d["seed"] * 0.3)
     assert verdict(tie)["decisive"] is False and "tie within seed noise" in verdict(tie)["text"]
+
+
+def test_large_data_eval_uses_the_runs_held_out_samples(tmp_path, sharp_data):
+    """Without eval_data the runs hold out part of the train shards; evaluate_drafter on the
+    study's split (study_eval_split) reproduces a run's own final eval counts exactly."""
+    from eagle3lab.scaling import evaluate_drafter, study_eval_split
+
+    cfg = StudyConfig.from_dict(dict(data=sharp_data["train"], out=str(tmp_path / "study"),
+                                     data_fractions=[1.0], seeds=[0], budget_epochs=0.5,
+                                     epoch_multipliers=[1.0],
+                                     train={**TRAIN, "eval_fraction": 0.25}))
+    assert all(s == "done" for s in run_study(cfg, progress=False).values())
+    split = study_eval_split(cfg.out)
+    assert split["data"] == sharp_data["train"] and len(split["indices"]) == 12
+    run = tmp_path / "study" / "runs" / "frac1-wd0.01-seed0"
+    ev = evaluate_drafter(run / "final", eval_data=split["data"], indices=split["indices"],
+                          ttt_steps=split["ttt_steps"],
+                          max_tokens_per_batch=split["max_tokens_per_batch"], device="cpu")
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert ev["counts"] == last["eval"]["counts"]
+
+
+def test_large_data_verdict_arithmetic_on_a_known_table():
+    from eagle3lab.scaling import CPU_KIND, LARGE_KIND, large_data_verdict
+
+    rows = [{"run": f"r{f}{s}", "kind": CPU_KIND, "data_fraction": f, "weight_decay": 0.01,
+             "seed": s, "train_tokens": 1000 * f, "tokens_processed": 4000,
+             "eval_full_acc_0": acc, "eval_full_acc_1": acc / 2,
+             "eval_sim_accept_len": 1 + 1.5 * acc}
+            for f, s, acc in ((1.0, 0, 0.20), (1.0, 1, 0.22), (0.25, 0, 0.10), (0.25, 1, 0.12))]
+    rows.append({"run": "big", "kind": LARGE_KIND, "data_fraction": None,
+                 "weight_decay": None, "seed": None, "train_tokens": 100_000,
+                 "tokens_processed": 400_000, "eval_full_acc_0": 0.61, "eval_full_acc_1": 0.3,
+                 "eval_sim_accept_len": 1.91, "ttt_steps_trained": 5})
+    v = large_data_verdict(pd.DataFrame(rows))
+    assert v["data_ratio"] == pytest.approx(100) and v["compute_ratio"] == pytest.approx(100)
+    assert v["arm"] == pytest.approx(0.21) and v["gap"] == pytest.approx(0.40)
+    assert v["arm_label"] == "data fraction 1, weight decay 0.01"
+    assert "100x the training data" in v["text"] and "2.0 orders of magnitude" in v["text"]
+    assert "0.610" in v["text"] and "0.210" in v["text"] and "(2 TTT positions)" in v["text"]
+    assert "20.0x the largest seed-to-seed range" in v["text"]
+    assert "NOT an equal-compute comparison" in v["text"] and "TTT 5" in v["text"]

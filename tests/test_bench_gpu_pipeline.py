@@ -1,0 +1,64 @@
+"""bench/gpu_pipeline.py at tiny sizes on the CPU (the code path of the H200 runs):
+self-prompt -> greedy answers -> concat -> extract -> vocab -> train -> pack; a second
+call reuses every data stage and trains a second, `--train-lm-head` run beside the first."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_pipeline.py"
+TINY = ["--device", "cpu", "--limit", "2", "--samples", "0", "--greedy-train",
+        "--self-prompts", "2", "--self-prompt-batch", "4", "--self-prompt-tokens", "48",
+        "--max-new-tokens", "8", "--epochs", "1", "--eval-limit", "1",
+        "--max-tokens-per-batch", "256"]
+
+
+def _run(out: Path, *extra: str) -> dict[str, dict]:
+    r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--out", str(out), *TINY, *extra],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return {line[1:line.index("]")]: json.loads(line[line.index("]") + 2:])
+            for line in r.stdout.splitlines() if line.startswith("[")}
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_cpu_smoke(tmp_path, default_target_dir):
+    import torch
+    from safetensors.torch import load_file
+
+    from eagle3lab.formats.inspect import inspect_checkpoint
+    from eagle3lab.prompts import load_prompts
+    from eagle3lab.specdec.engine import SpecEngine
+    from eagle3lab.specdec.load import load_engine
+
+    out = tmp_path / "gp"
+    st = _run(out)
+    assert st["self_prompt"]["prompts"] == 2 and len(load_prompts(out / "prompts" /
+                                                                  "self.jsonl")) == 2
+    assert st["concat"]["records"] == 4 and st["concat"]["rewritten"] is True
+    assert st["train"]["status"] == "done"
+    packed = out / "drafter-train"
+    w = load_file(str(packed / "model.safetensors"))
+    assert "embed_tokens.weight" not in w and w["fc.weight"].dtype == torch.bfloat16
+    report = inspect_checkpoint(packed, target=str(default_target_dir), engine="vllm")
+    assert report.ok, report.to_json()
+    assert isinstance(load_engine(target=str(default_target_dir), draft=str(packed),
+                                  device="cpu"), SpecEngine)
+
+    st = _run(out, "--train-name", "lmhead", "--train-lm-head")
+    assert st["regenerate_self"]["new_records"] == 0 and st["concat"]["rewritten"] is False
+    assert st["extract_train"]["new_shards"] == 0
+    run = json.loads((out / "lmhead" / "run.json").read_text())
+    assert run["config"]["train_lm_head"] is True
+    w2 = load_file(str(out / "drafter-lmhead" / "model.safetensors"))
+    assert not torch.equal(w["lm_head.weight"], w2["lm_head.weight"])
+    assert sorted(p.name for p in out.glob("summary-*.json")) == ["summary-all-lmhead.json",
+                                                                  "summary-all-train.json"]

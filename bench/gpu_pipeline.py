@@ -4,7 +4,8 @@ self-prompt (the target writes N user prompts, Magpie-style; held-out eval promp
 excluded) -> regenerate (greedy answers to those and to the shipped train prompts, plus
 `--samples` sampled answers per train prompt; batched on the GPU, seeds recorded) ->
 extract (train and held-out eval) -> draft vocab map -> train -> pack the drafter for
-shipping (bf16, without the embedding the target already has). Prints each stage's
+shipping (bf16, without the embedding the target already has) -> offline acceptance on the
+held-out prompts (tau and speedup at 3 and --ttt-steps draft steps). Prints each stage's
 throughput and the wall time, and writes summary-STAGE-TRAINNAME.json. The same library
 functions as the CPU demo; only sizes and device differ. Every stage resumes where it
 stopped (so a run can be spread over several time-limited calls: `--stage data`, then
@@ -66,6 +67,28 @@ def concat_jsonl(parts: list[Path], dst: Path) -> dict:
             "parts": [str(p) for p in parts]}
 
 
+def accept_stage(*, drafter: Path, dst: Path, target: str, device: str, dtype: str,
+                 limit: int, max_new_tokens: int, steps: int) -> dict:
+    """Offline acceptance of the packed drafter on the held-out prompts (greedy, chains of
+    3 and `steps` draft steps): the same measurement and JSON as `eagle3lab accept --json`,
+    one object per setting, written to `dst`."""
+    from eagle3lab.accept import measure_acceptance
+    from eagle3lab.fsutil import atomic_write_json
+
+    results, row = [], {}
+    for s in sorted({3, steps}):
+        r = measure_acceptance(target=target, draft=str(drafter), prompts="eval", limit=limit,
+                               max_new_tokens=max_new_tokens, steps=s, device=device,
+                               dtype=dtype, progress=False)
+        a = r["arms"][0]
+        results.append(r)
+        row[f"tau_{s}_steps"] = round(a["stats"]["tau"], 3)
+        row[f"speedup_{s}_steps"] = round(a["speedup_measured"] or 0, 3)
+        row[f"same_as_plain_{s}_steps"] = f"{a['matches_plain']}/{r['requests']}"
+    atomic_write_json(dst, results)
+    return {"out": str(dst), **row}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttt-decay", type=float, default=1.0,
                     help="TTT loss weight decay per position")
     ap.add_argument("--checkpoint-every", type=int, default=200, help="steps")
+    ap.add_argument("--accept-limit", type=int, default=16,
+                    help="held-out prompts for the offline acceptance stage (0: skip)")
+    ap.add_argument("--accept-tokens", type=int, default=128, help="new tokens per prompt")
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--max-new-tokens", type=int, default=384)
@@ -188,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
         stage("train", lambda: train_run(cfg))
         stage("pack", lambda: pack_drafter(out / args.train_name / "final",
                                            out / f"drafter-{args.train_name}"))
+        if args.accept_limit:
+            stage("accept", lambda: accept_stage(
+                drafter=out / f"drafter-{args.train_name}",
+                dst=out / f"accept-{args.train_name}.json", target=args.target, device=dev,
+                dtype=dtype, limit=args.accept_limit, max_new_tokens=args.accept_tokens,
+                steps=args.ttt_steps))
     summary["wall_s"] = round(time.time() - t_all, 2)
     summary_path = out / f"summary-{args.stage}-{args.train_name}.json"
     summary_path.write_text(json.dumps(summary, indent=2, default=str))

@@ -16,7 +16,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_pipeline.py"
 TINY = ["--device", "cpu", "--limit", "2", "--samples", "0", "--greedy-train",
         "--self-prompts", "2", "--self-prompt-batch", "4", "--self-prompt-tokens", "48",
         "--max-new-tokens", "8", "--epochs", "1", "--eval-limit", "1",
-        "--max-tokens-per-batch", "256"]
+        "--max-tokens-per-batch", "256", "--accept-limit", "1", "--accept-tokens", "4",
+        "--ttt-steps", "2"]
 
 
 def _run(out: Path, *extra: str) -> dict[str, dict]:
@@ -45,6 +46,9 @@ def test_cpu_smoke(tmp_path, default_target_dir):
                                                                   "self.jsonl")) == 2
     assert st["concat"]["records"] == 4 and st["concat"]["rewritten"] is True
     assert st["train"]["status"] == "done"
+    acc = json.loads((out / "accept-train.json").read_text())
+    assert [r["settings"]["steps"] for r in acc] == [2, 3]
+    assert st["accept"]["tau_2_steps"] >= 1.0 and st["accept"]["same_as_plain_2_steps"] == "1/1"
     packed = out / "drafter-train"
     w = load_file(str(packed / "model.safetensors"))
     assert "embed_tokens.weight" not in w and w["fc.weight"].dtype == torch.bfloat16

@@ -1,0 +1,152 @@
+"""The run directory: run.json, atomic checkpoints, exact resume, final/.
+
+Prevents a run that cannot be trusted after a crash: checkpoints are written atomically
+(temp dir, then rename) with the optimizer, scheduler, data position and RNG, so a resumed
+run logs exactly what an uninterrupted run logs; metrics lines logged after the checkpoint
+it resumes from (work lost in the interruption) and torn lines are dropped, so they are
+recomputed instead of logged twice. A checkpoint made with another configuration is
+refused instead of half-loaded.
+
+Layout: RUN_DIR/run.json, metrics.jsonl, checkpoints/step-N/ (speculators save_pretrained +
+trainer_state.pt + checkpoint.json), final/ (speculators format + eagle3lab.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import UserError
+from ..fsutil import atomic_dir, atomic_write_json, atomic_write_text
+
+RUN_FORMAT = "eagle3lab-run"
+RUN_VERSION = 1
+
+
+def read_run(run_dir: str | os.PathLike) -> dict[str, Any]:
+    p = Path(run_dir) / "run.json"
+    if not p.exists():
+        raise UserError(f"{run_dir} is not a training run directory (no run.json).")
+    return json.loads(p.read_text())
+
+
+def is_finished(run_dir: str | os.PathLike) -> bool:
+    p = Path(run_dir) / "run.json"
+    return p.exists() and json.loads(p.read_text()).get("status") == "done"
+
+
+def versions() -> dict[str, str]:
+    """The versions run.json records: eagle3lab and the libraries that compute the run."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"eagle3lab": __version__}
+    for pkg in ("speculators", "torch", "transformers"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def _rng_state() -> dict[str, Any]:
+    import random
+
+    import numpy as np
+    import torch
+
+    return {"python": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def _set_rng_state(s: dict[str, Any]) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    random.setstate(s["python"])
+    np.random.set_state(s["numpy"])
+    torch.set_rng_state(s["torch"])
+    if s.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def save_pretrained(model, directory: Path) -> None:
+    """speculators' save_pretrained without the "Writing model shards" progress bar."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(directory)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def list_checkpoints(out: Path) -> list[Path]:
+    """Complete checkpoints (atomic dirs that contain trainer_state.pt), oldest first."""
+    found = [p for p in (out / "checkpoints").glob("step-*") if (p / "trainer_state.pt").exists()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def save_checkpoint(out: Path, model, opt, sched, state: dict, keep: int) -> Path:
+    import shutil
+
+    import torch
+
+    final = out / "checkpoints" / f"step-{state['step']}"
+    with atomic_dir(final) as tmp:
+        save_pretrained(model, tmp)
+        torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                    "state": state, "rng": _rng_state()}, tmp / "trainer_state.pt")
+        atomic_write_json(tmp / "checkpoint.json", {"step": state["step"],
+                                                     "tokens": state["tokens"],
+                                                     "epoch": state["epoch"]})
+    for old in list_checkpoints(out)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(ckpt: Path, model, opt, sched) -> dict:
+    import torch
+    from safetensors.torch import load_file
+
+    weights = {}
+    for f in sorted(ckpt.glob("*.safetensors")):
+        weights.update(load_file(str(f)))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    bad = [k for k in missing if not k.startswith("verifier_")] + list(unexpected)
+    if bad:
+        raise UserError(f"Checkpoint {ckpt} does not fit this drafter (keys {bad[:5]}); "
+                        f"it was made with another configuration.")
+    blob = torch.load(ckpt / "trainer_state.pt", weights_only=False, map_location="cpu")
+    opt.load_state_dict(blob["optimizer"])
+    sched.load_state_dict(blob["scheduler"])
+    _set_rng_state(blob["rng"])
+    return blob["state"]
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Drop lines logged after `step` (work lost in the interruption) and torn lines."""
+    keep = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                if json.loads(line)["step"] <= step:
+                    keep.append(line)
+            except (json.JSONDecodeError, KeyError):
+                continue
+    atomic_write_text(path, "".join(x + "\n" for x in keep))
+
+
+def save_final(out: Path, model, info: dict[str, Any]) -> None:
+    """RUN_DIR/final/: the drafter in speculators format + eagle3lab.json describing it."""
+    with atomic_dir(out / "final") as tmp:
+        save_pretrained(model, tmp)
+        atomic_write_json(tmp / "eagle3lab.json", {k: info[k] for k in (
+            "format", "version", "versions", "data", "drafter", "metric_definitions")})

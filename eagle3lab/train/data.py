@@ -1,0 +1,163 @@
+"""Training data: speculators' pairing, packing and order over a subset of a ShardSet.
+
+Prevents training on data that is not what the run says it is:
+- shards from another target: the target's config sha256 is checked against the manifest,
+  the eval shards against the training shards, and a resumed run's shards against the
+  ones it started on (`compare_identity`), each refusal naming both values;
+- a resumed run that replays another order: batches come from speculators' multipack
+  sampler, whose order depends only on seed + epoch;
+- held-out samples leaking into training: one permutation by data_seed puts them first,
+  and data fractions take nested prefixes of the rest (`split_samples`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from .config import TrainConfig
+
+
+class PackedData:
+    """Samples `indices` of `shards` packed into batches of <= max_tokens by speculators'
+    multipack sampler (its order depends only on seed + epoch, so a resumed run replays
+    it), paired by `shift_batch` and collated by `CollateFn` exactly as its trainer does."""
+
+    def __init__(self, shards, indices, max_tokens: int, *, pad: bool = False):
+        import numpy as np
+
+        self.shards, self.max_tokens, self.pad = shards, max_tokens, pad
+        self.indices = np.asarray(indices, dtype=np.int64)
+        all_lengths = np.asarray(shards.lengths(), dtype=np.int64)
+        self.lengths = all_lengths[self.indices]
+        self._length_of = dict(zip(self.indices.tolist(), self.lengths.tolist()))
+        self._cache: tuple[tuple[int, int], list] | None = None
+
+    def batches(self, seed: int, epoch: int) -> list:
+        import warnings
+
+        from speculators.train.distributed_batch_sampler import (
+            MultipackDistributedBatchSamplerV2)
+
+        if self._cache is None or self._cache[0] != (seed, epoch):
+            with warnings.catch_warnings():  # "samples longer than max ... truncated"
+                warnings.simplefilter("ignore")
+                s = MultipackDistributedBatchSamplerV2(
+                    batch_max_length=self.max_tokens, lengths=self.lengths, num_replicas=1,
+                    rank=0, seed=seed)
+                self._cache = ((seed, epoch),
+                               [self.indices[b] for b in s._generate_batches(epoch)])
+        return self._cache[1]
+
+    def batch_tokens(self, batch) -> int:
+        """Positions trained on: each sample loses one token to the shift."""
+        n = sum(max(min(self._length_of[int(i)], self.max_tokens) - 1, 0) for i in batch)
+        return min(n, self.max_tokens)
+
+    def collate(self, batch, dtype) -> dict[str, Any]:
+        import torch
+        from speculators.models.eagle3.data import shift_batch
+        from speculators.train.data import CollateFn
+
+        samples = []
+        for i in batch:
+            s = self.shards[int(i)]
+            n = int(s["input_ids"].shape[0])
+            s["lengths"] = torch.tensor([n], dtype=torch.long)
+            s["position_ids"] = torch.arange(n, dtype=torch.long)
+            samples.append(s)
+        hidden = int(samples[0]["verifier_last_hidden_states"].shape[-1])
+        width = self.max_tokens if self.pad else max(self.batch_tokens(batch), 1)
+        out = CollateFn(width, hidden, int(samples[0]["hidden_states"].shape[-1]) // hidden,
+                        dtype=dtype, preprocess=shift_batch)(samples)
+        return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
+
+
+def split_samples(n: int, *, eval_fraction: float | None, data_fraction: float,
+                  data_seed: int):
+    """(train indices, held-out indices). One permutation by data_seed: the held-out part
+    comes first, and data fractions take a prefix of the rest, so smaller fractions are
+    subsets of larger ones and never touch the held-out samples."""
+    import numpy as np
+
+    perm = np.random.default_rng(data_seed).permutation(n)
+    k = max(1, round(n * eval_fraction)) if eval_fraction else 0
+    pool = perm[k:]
+    m = max(1, math.ceil(len(pool) * data_fraction))
+    return np.sort(pool[:m]), np.sort(perm[:k])
+
+
+def shard_identity(shards) -> dict[str, Any]:
+    """What a run records about a shard set, and what must match to resume into it."""
+    m = shards.manifest
+    return {"path": str(Path(shards.path).resolve()), "target": m["target"],
+            "aux_layers": m["aux_layers"], "dtype": m.get("dtype"),
+            "conversations_sha256": m.get("conversations", {}).get("sha256"),
+            "vocab_map_sha256": (m.get("vocab_map") or {}).get("sha256"),
+            "samples": len(shards), "tokens": shards.num_tokens}
+
+
+_IDENTITY_CHECKS = (("hidden size", ("target", "hidden_size")),
+                    ("target vocab size", ("target", "vocab_size")),
+                    ("target config sha256", ("target", "config_sha256")),
+                    ("aux capture points", ("aux_layers", "capture_points")),
+                    ("vocab map sha256", ("vocab_map_sha256",)))
+
+
+def compare_identity(old: dict, new: dict, what: str, path) -> None:
+    """Refuse shards (identity `new`) that differ from those `what` recorded (`old`)."""
+    def get(d, keys):
+        for k in keys:
+            d = (d or {}).get(k)
+        return d
+
+    diff = [f"{name}: {what} {get(old, ks)}, shards {get(new, ks)}"
+            for name, ks in _IDENTITY_CHECKS if get(old, ks) != get(new, ks)]
+    if diff:
+        raise UserError(f"The shards in {path} do not match {what}: " + "; ".join(diff)
+                        + ". Resume with the shards the run was started on, or start a new "
+                        "run directory.")
+
+
+def prepare_data(cfg: TrainConfig):
+    """Open and cross-check the shards; return (train ShardSet, train PackedData,
+    eval PackedData, eval note, d2t, t2d, target path)."""
+    from transformers import AutoConfig
+
+    from ..shards import ShardSet
+    from ..target import config_sha256
+
+    shards = ShardSet(cfg.data)
+    d2t, t2d = shards.vocab_map()
+    t = shards.manifest["target"]
+    target_path = cfg.target or t["path"]
+    if not (Path(target_path) / "config.json").is_file():
+        raise UserError(f"The target these shards were extracted from ({t['path']}) has no "
+                        f"config.json; pass target=<its directory> (--target) if it moved.")
+    got = config_sha256(AutoConfig.from_pretrained(target_path).to_dict())
+    if got != t["config_sha256"]:
+        raise UserError(f"The target at {target_path} is not the one the shards in "
+                        f"{shards.path} were extracted from: config sha256 {got[:12]}..., "
+                        f"manifest {t['config_sha256'][:12]}.... Pass the right --target.")
+    if cfg.eval_data:
+        ev = ShardSet(cfg.eval_data)
+        ev.check_against(hidden_size=t["hidden_size"], aux=shards.aux,
+                         vocab_size=t["vocab_size"], config_sha256=t["config_sha256"],
+                         what=f"the training shards ({shards.path})")
+        train_idx, _ = split_samples(len(shards), eval_fraction=None,
+                                     data_fraction=cfg.data_fraction, data_seed=cfg.data_seed)
+        eval_data = PackedData(ev, range(len(ev)), cfg.max_tokens_per_batch)
+        note = f"eval split: {ev.path} ({len(ev)} samples)"
+    else:
+        train_idx, eval_idx = split_samples(len(shards), eval_fraction=cfg.eval_fraction,
+                                            data_fraction=cfg.data_fraction,
+                                            data_seed=cfg.data_seed)
+        eval_data = PackedData(shards, eval_idx, cfg.max_tokens_per_batch)
+        note = (f"warning: no eval_data given; holding out {len(eval_idx)} of {len(shards)} "
+                f"training samples (eval_fraction={cfg.eval_fraction}). Held-out prompts "
+                f"(`--eval-data`) measure generalisation better.")
+        print(note)
+    train_data = PackedData(shards, train_idx, cfg.max_tokens_per_batch, pad=cfg.pad_batches)
+    return shards, train_data, eval_data, note, d2t, t2d, target_path

@@ -1,0 +1,41 @@
+"""Eval metrics of a drafter on fixed batches: the code behind every run's eval lines.
+
+Prevents comparing eval numbers measured on different batches or with different metric
+code: every run, every reload of a checkpoint and every saved drafter evaluated later
+(`scaling.evaluate_drafter`) goes through `evaluate`, on its data's batches for seed 0,
+epoch 0, keeping the raw counts the ratios come from.
+"""
+
+from __future__ import annotations
+
+from ..metrics import step_counts, summarize_counts
+from .data import PackedData
+
+
+def evaluate(model, data: PackedData, *, ttt_steps: int, decay: float = 1.0,
+             loss_fn: str = "kl_div", device: str = "cpu") -> dict:
+    """Eval metrics (ratios + raw counts) of `model` on `data`'s fixed batches (seed 0,
+    epoch 0: every run and every reload evaluates the same batches)."""
+    import contextlib
+
+    import torch
+    from speculators.losses import resolve_loss_config
+
+    cuda = device.startswith("cuda")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    ctx = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if cuda \
+        else contextlib.nullcontext
+    kwargs = {"ttt_steps": ttt_steps, "ttt_step_loss_decay": decay,
+              "loss_config": resolve_loss_config(loss_fn, "eager")}
+    was_training = model.training
+    model.eval()
+    total: dict[str, float] = {}
+    with torch.no_grad():
+        for b in data.batches(0, 0):
+            batch = {k: v.to(device) for k, v in data.collate(b, dtype).items()}
+            with ctx():
+                _, _, m = model(**batch, **kwargs)
+            for k, v in step_counts(m, batch["loss_mask"], ttt_steps, decay).items():
+                total[k] = total.get(k, 0.0) + v
+    model.train(was_training)
+    return summarize_counts(total, ttt_steps, decay)

@@ -1,0 +1,282 @@
+"""The training loop: `train(**kw)` / `train_run(cfg)`, one drafter run into a directory.
+
+Prevents silently training on NaN: a NaN/inf loss or gradient stops the run naming the
+step, the per-position losses, the lr and any samples with non-finite features, marks the
+run failed in run.json and keeps the last good checkpoint (`TrainingDiverged`).
+
+The loop is ours, around speculators' real pieces: `Eagle3DraftModel.forward` (TTT unroll,
+loss and per-position metrics), `shift_batch` + `CollateFn` (its input pairing and
+packing) and `MultipackDistributedBatchSamplerV2` (its data order). speculators'
+`Trainer` is not used: without an accelerator it fails at `model.to(local_rank)` (rank 0
+means CUDA) and then at `torch.accelerator.synchronize()`; it evaluates only at epoch
+ends, hard-codes grad clip 1.0 and resumes without RNG state. (bench/train.py runs it with
+those two calls shimmed: same tokens/s as this loop.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from typing import Any
+
+from ..errors import UserError
+from ..fsutil import atomic_write_json, check_writable_dir
+from ..metrics import METRIC_DEFINITIONS, step_counts, summarize_counts
+from .checkpoints import (RUN_FORMAT, RUN_VERSION, list_checkpoints, load_checkpoint,
+                          read_run, save_checkpoint, save_final, truncate_metrics, versions)
+from .config import ENGINE_PROFILES, TrainConfig, check_resume_settings
+from .data import PackedData, compare_identity, prepare_data, shard_identity
+from .drafter import build_drafter, init_from
+from .evaluation import evaluate
+
+
+class TrainingDiverged(UserError):
+    """A non-finite loss or gradient stopped the run (the last good checkpoint is kept)."""
+
+
+def train(**kwargs) -> dict[str, Any]:
+    """Keyword form of `train_run` (notebooks and the CLI call this). Unknown or mistyped
+    keys are refused. Returns the run summary (also stored in RUN_DIR/run.json)."""
+    return train_run(TrainConfig.from_dict(kwargs))
+
+
+def _scheduler(opt, cfg: TrainConfig, total_steps: int):
+    from transformers import (get_constant_schedule_with_warmup,
+                              get_cosine_schedule_with_warmup,
+                              get_linear_schedule_with_warmup)
+
+    if cfg.schedule == "constant":
+        return get_constant_schedule_with_warmup(opt, cfg.warmup_steps)
+    fn = (get_cosine_schedule_with_warmup if cfg.schedule == "cosine"
+          else get_linear_schedule_with_warmup)
+    return fn(opt, cfg.warmup_steps, max(total_steps, 1))
+
+
+def _plan_steps(data: PackedData, cfg: TrainConfig) -> tuple[int, int]:
+    """(total optimizer steps, tokens they process): epochs, cut by max_steps/max_tokens."""
+    steps = tokens = 0
+    for epoch in range(cfg.epochs):
+        for b in data.batches(cfg.seed, epoch):
+            steps += 1
+            tokens += data.batch_tokens(b)
+            if (cfg.max_steps and steps >= cfg.max_steps) or (
+                    cfg.max_tokens and tokens >= cfg.max_tokens):
+                return steps, tokens
+    return steps, tokens
+
+
+def _nonfinite_samples(data: PackedData, batch) -> list[int]:
+    import torch
+
+    bad = []
+    for i in batch:
+        s = data.shards[int(i)]
+        if not (torch.isfinite(s["hidden_states"].float()).all()
+                and torch.isfinite(s["verifier_last_hidden_states"].float()).all()):
+            bad.append(int(i))
+    return bad
+
+
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(float(x.detach() if hasattr(x, "detach") else x))
+
+
+def train_run(cfg: TrainConfig) -> dict[str, Any]:
+    """Train (or resume) one drafter run into cfg.out; see the module docstring.
+
+    cpu_threads: with 2 OpenMP threads on 2 cores that other jobs also use, every op waits
+    for a descheduled thread (steps measured ~20x slower than with 1 thread); 1 avoids it.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if cfg.cpu_threads > 0:
+        torch.set_num_threads(cfg.cpu_threads)
+    try:
+        return _train_run(cfg)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train_run(cfg: TrainConfig) -> dict[str, Any]:
+    import contextlib
+
+    import torch
+    from speculators.losses import resolve_loss_config
+    from tqdm.auto import tqdm
+
+    from ..target import resolve_device
+
+    cfg.validate()
+    out = check_writable_dir(cfg.out, "run directory")
+    run_path, metrics_path = out / "run.json", out / "metrics.jsonl"
+    previous = read_run(out) if run_path.exists() else None
+    if previous and not cfg.resume:
+        raise UserError(f"{out} already holds a run (status {previous.get('status')!r}). Pass "
+                        f"resume=True (--resume) to continue it, or choose a new directory.")
+    if previous:
+        check_resume_settings(previous["config"], cfg, out)
+        if previous.get("status") == "done":
+            return previous["summary"]
+
+    shards, train_data, eval_data, eval_note, d2t, t2d, target_path = prepare_data(cfg)
+    if previous:
+        compare_identity(previous["data"]["train"], shard_identity(shards),
+                         f"the run in {out}", shards.path)
+    dev = resolve_device(cfg.device)
+    cuda = dev.startswith("cuda")
+    dtype = torch.bfloat16 if cuda else torch.float32  # CPU: fp32 (bf16 is ~5x slower)
+    train_data.pad = cfg.pad_batches or cuda  # speculators compiles forward on CUDA
+    torch.manual_seed(cfg.seed)
+    aux = shards.aux
+    model = build_drafter(target_path=target_path, aux=aux, d2t=d2t, t2d=t2d,
+                          serve_engine=cfg.serve_engine, ttt_steps=cfg.ttt_steps,
+                          num_layers=cfg.num_layers, attn=cfg.draft_attn)
+    if cfg.init_from:
+        init_from(model, cfg.init_from, shards, d2t)
+    if cfg.train_lm_head:
+        model.lm_head.weight.requires_grad_(True)
+    model.to(dev).train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    total_steps, total_tokens = _plan_steps(train_data, cfg)
+    sched = _scheduler(opt, cfg, total_steps)
+    fwd_kw = {"ttt_steps": cfg.ttt_steps, "ttt_step_loss_decay": cfg.ttt_step_loss_decay,
+              "loss_config": resolve_loss_config(cfg.loss_fn, "eager")}
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if cuda \
+        else contextlib.nullcontext  # as speculators: fp32 master weights, bf16 compute
+    ev_kw = {"ttt_steps": cfg.ttt_steps, "decay": cfg.ttt_step_loss_decay,
+             "loss_fn": cfg.loss_fn, "device": dev}
+    state = {"step": 0, "epoch": 0, "batch": 0, "tokens": 0, "loss_tokens": 0, "wall_s": 0.0}
+    ckpts = list_checkpoints(out) if cfg.resume else []
+    if ckpts:
+        state = load_checkpoint(ckpts[-1], model, opt, sched)
+        print(f"train: resuming {out} from {ckpts[-1].name} (step {state['step']}).")
+    truncate_metrics(metrics_path, state["step"] if ckpts else -1)
+    info = {
+        "format": RUN_FORMAT, "version": RUN_VERSION, "status": "running",
+        "config": dataclasses.asdict(cfg), "versions": versions(),
+        "data": {"train": shard_identity(shards), "eval_note": eval_note,
+                 "eval": shard_identity(eval_data.shards),
+                 "train_samples": len(train_data.indices),
+                 "eval_samples": len(eval_data.indices),
+                 "tokens_per_epoch": sum(train_data.batch_tokens(b)
+                                         for b in train_data.batches(cfg.seed, 0))},
+        "drafter": {"serve_engine": cfg.serve_engine,
+                    "engine_profile": ENGINE_PROFILES[cfg.serve_engine],
+                    "aux": {"capture_points": list(aux.capture_points),
+                            "written_ids": aux.vllm_ids, "written_convention": "vllm",
+                            "vllm_ids": aux.vllm_ids, "sglang_ids": aux.sglang_ids,
+                            "extracted_convention": aux.convention},
+                    "draft_vocab_size": int(d2t.numel()), "num_layers": cfg.num_layers,
+                    "hidden_size": int(shards.hidden_size),
+                    "trainable_params": sum(p.numel() for p in params),
+                    "device": dev, "compute_dtype": str(dtype).replace("torch.", "")},
+        "plan": {"total_steps": total_steps, "total_tokens": total_tokens},
+        "metric_definitions": METRIC_DEFINITIONS, "progress": dict(state), "summary": None,
+    }
+    atomic_write_json(run_path, info)
+
+    pending = sorted(t for t in cfg.eval_at_tokens if t > state["tokens"])
+    t0 = time.time() - state["wall_s"]
+    ckpt_path = ckpts[-1] if ckpts else None
+
+    def log(line: dict) -> None:
+        with open(metrics_path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def base_line() -> dict:
+        return {"step": state["step"], "epoch": state["epoch_f"] if "epoch_f" in state else 0.0,
+                "tokens": state["tokens"], "loss_tokens": state["loss_tokens"],
+                "wall_s": round(time.time() - t0, 3), "lr": opt.param_groups[0]["lr"]}
+
+    def fail(msg: str) -> None:
+        info.update(status="failed", error=msg, progress=dict(state))
+        atomic_write_json(run_path, info)
+        raise TrainingDiverged(msg + " The last good checkpoint is kept: "
+                               + (str(ckpt_path) if ckpt_path else "none was written yet "
+                                  "(set checkpoint_every)") + f"; {run_path} records the failure.")
+
+    if state["step"] == 0 and cfg.eval_at_start:
+        log({**base_line(), "train": None,
+             "eval": evaluate(model, eval_data, **ev_kw)})
+    bar = tqdm(total=total_steps, initial=state["step"], desc="train", unit="step",
+               disable=not cfg.progress)
+    stopped = False
+    while state["step"] < total_steps and not stopped:
+        batches = train_data.batches(cfg.seed, state["epoch"])
+        for bi in range(state["batch"], len(batches)):
+            ids = batches[bi]
+            batch = {k: v.to(dev, non_blocking=True)
+                     for k, v in train_data.collate(ids, dtype).items()}
+            with autocast():
+                _, loss, m = model(**batch, **fwd_kw)
+            if not _finite(loss):
+                per_pos = [float(m[f"loss_{i}_sum"]) for i in range(cfg.ttt_steps)]
+                bad = _nonfinite_samples(train_data, ids)
+                fail(f"Training stopped at step {state['step'] + 1} (epoch {state['epoch']}): "
+                     f"the loss is {float(loss.detach())} (per TTT position {per_pos}) at lr "
+                     f"{opt.param_groups[0]['lr']:.3g}. "
+                     + (f"The input features of sample(s) {bad} in {shards.path} are not "
+                        f"finite: re-extract those conversations or drop them." if bad else
+                        "The inputs are finite, so training diverged: lower lr, add "
+                        "warmup_steps, or tighten grad_clip."))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gn = torch.nn.utils.clip_grad_norm_(
+                params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+            if not _finite(gn):
+                fail(f"Training stopped at step {state['step'] + 1}: the gradient norm is "
+                     f"{float(gn)} at lr {opt.param_groups[0]['lr']:.3g}; lower lr or set "
+                     f"grad_clip.")
+            lr = opt.param_groups[0]["lr"]
+            opt.step()
+            sched.step()
+            counts = step_counts(m, batch["loss_mask"], cfg.ttt_steps, cfg.ttt_step_loss_decay)
+            state["step"] += 1
+            state["tokens"] += train_data.batch_tokens(ids)
+            state["loss_tokens"] += int(batch["loss_mask"].sum())
+            state["epoch_f"] = state["epoch"] + (bi + 1) / len(batches)
+            state["epoch"], state["batch"] = ((state["epoch"] + 1, 0) if bi + 1 == len(batches)
+                                              else (state["epoch"], bi + 1))
+            last = state["step"] >= total_steps
+            do_eval = last or (cfg.eval_every and state["step"] % cfg.eval_every == 0)
+            while pending and state["tokens"] >= pending[0]:
+                pending.pop(0)
+                do_eval = True
+            if do_eval or state["step"] % max(cfg.log_every, 1) == 0:
+                train_m = summarize_counts(counts, cfg.ttt_steps, cfg.ttt_step_loss_decay)
+                train_m.update(objective=float(loss.detach()), grad_norm=float(gn))
+                line = {**base_line(), "lr": lr, "train": train_m}
+                if do_eval:
+                    line["eval"] = evaluate(model, eval_data, **ev_kw)
+                log(line)
+                bar.set_postfix(loss=f"{train_m['objective']:.3f}",
+                                acc0=f"{train_m['full_acc'][0]:.2f}")
+            bar.update(1)
+            state["wall_s"] = time.time() - t0
+            if cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0 and not last:
+                ckpt_path = save_checkpoint(out, model, opt, sched, state, cfg.keep_checkpoints)
+                info["progress"] = dict(state)
+                atomic_write_json(run_path, info)
+            if cfg.stop_after_steps and state["step"] >= cfg.stop_after_steps and not last:
+                stopped = True
+            if last or stopped:
+                break
+    bar.close()
+    state["wall_s"] = time.time() - t0
+    info["progress"] = dict(state)
+    if stopped:
+        info["status"] = "stopped"
+        atomic_write_json(run_path, info)
+        return {"run_dir": str(out), "status": "stopped", "step": state["step"]}
+    save_final(out, model, info)
+    summary = {"run_dir": str(out), "status": "done", "final": str(out / "final"),
+               "steps": state["step"], "tokens": state["tokens"],
+               "wall_s": round(state["wall_s"], 2),
+               "tokens_per_s": state["tokens"] / state["wall_s"] if state["wall_s"] else None}
+    info.update(status="done", summary=summary)
+    atomic_write_json(run_path, info)
+    return summary

@@ -42,10 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write all results to this file")
     args = ap.parse_args(argv)
 
-    if args.threads:
-        import torch
+    import torch
 
-        torch.set_num_threads(args.threads)
     from eagle3lab.accept import Arm, default_drafter, measure_acceptance
     from eagle3lab.target import load_target
 
@@ -54,9 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         print("No drafter: pass --draft or train/ship a default drafter.", file=sys.stderr)
         return 2
     tgt = load_target(args.target, device=args.device, dtype=args.dtype)
-    import torch
-
-    print(f"target {tgt.name} on {tgt.device} ({args.dtype}, {torch.get_num_threads()} "
+    print(f"target {tgt.name} on {tgt.device} ({args.dtype}, "
+          f"{args.threads or torch.get_num_threads()} "
           f"threads); drafter {draft}; "
           f"{args.limit} {args.prompts} prompts x {args.max_new_tokens} new tokens, greedy")
     print(f"{'S,K,D':>8} {'tau':>6} {'plain tok/s':>11} {'spec tok/s':>10} {'ratio':>6} "
@@ -66,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         steps, topk, d = (int(x) for x in s.split(","))
         r = measure_acceptance(target=tgt, arms=[Arm("draft", draft)], prompts=args.prompts,
                                limit=args.limit, max_new_tokens=args.max_new_tokens,
-                               steps=steps, topk=topk, draft_tokens=d, progress=False)
+                               steps=steps, topk=topk, draft_tokens=d,
+                               threads=args.threads, progress=False)
         a = r["arms"][0]
         st = a["stats"]
         cum = " ".join(f"{v:.2f}" for v in st["acceptance_cumulative"])

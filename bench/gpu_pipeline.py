@@ -74,12 +74,13 @@ def accept_stage(*, drafter: Path, dst: Path, target: str, device: str, dtype: s
     one object per setting, written to `dst`."""
     from eagle3lab.accept import measure_acceptance
     from eagle3lab.fsutil import atomic_write_json
+    from eagle3lab.target import load_target
 
+    tgt = load_target(target, device=device, dtype=dtype)  # once, for every setting
     results, row = [], {}
     for s in sorted({3, steps}):
-        r = measure_acceptance(target=target, draft=str(drafter), prompts="eval", limit=limit,
-                               max_new_tokens=max_new_tokens, steps=s, device=device,
-                               dtype=dtype, progress=False)
+        r = measure_acceptance(target=tgt, draft=str(drafter), prompts="eval", limit=limit,
+                               max_new_tokens=max_new_tokens, steps=s, progress=False)
         a = r["arms"][0]
         results.append(r)
         row[f"tau_{s}_steps"] = round(a["stats"]["tau"], 3)

@@ -103,7 +103,6 @@ def extract(
     the hidden states. force: skip the free-space check. stop_after_shards: write at most
     this many new shards, then return (used to test resumption).
     """
-    import torch
     from tqdm.auto import tqdm
 
     from .target import Target, load_target, resolve_dtype

@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -57,6 +57,42 @@ def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
+
+
+def read_appended_jsonl(path: str | os.PathLike, is_record: Callable[[dict], bool],
+                        what: str = "record",
+                        keep: Callable[[dict], Any] = lambda r: r) -> list[Any]:
+    """`keep(record)` for each record of a JSONL file that a resumable job appends to (and
+    may be killed while writing), read line by line. A torn last line (a crash mid-write) is
+    cut off the file; a bad line followed by good ones is not a crash, so it is refused
+    (naming the line) rather than cut, which would throw the good records after it away."""
+    from .errors import UserError
+
+    path = Path(path)
+    if not path.exists():
+        return []
+    kept: list[Any] = []
+    good = 0
+    bad = None
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if bad is not None:
+                raise UserError(f"{path}, line {bad}: not a {what}, and not the last line "
+                                f"(so not a torn write). Fix or delete the line, or choose a "
+                                f"new --out.")
+            try:
+                rec = json.loads(raw) if raw.endswith(b"\n") else None
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                rec = None
+            if not (isinstance(rec, dict) and is_record(rec)):
+                bad = lineno
+                continue
+            kept.append(keep(rec))
+            good += len(raw)
+    if good != path.stat().st_size:
+        with open(path, "rb+") as f:
+            f.truncate(good)
+    return kept
 
 
 def atomic_write_text(final: str | os.PathLike, text: str) -> None:

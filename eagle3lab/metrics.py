@@ -90,18 +90,28 @@ def summarize_counts(counts: dict[str, float], ttt_steps: int, decay: float) -> 
 def read_metrics(run: str | os.PathLike):
     """An eagle3lab run (dir or metrics.jsonl) as a DataFrame (see module docstring).
     A torn last line (a run killed mid-write) is skipped."""
-    import pandas as pd
-
     path = Path(run)
     path = path / "metrics.jsonl" if path.is_dir() else path
     if not path.exists():
         raise UserError(f"{path} does not exist: not an eagle3lab training run.")
-    rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    records = []
+    for line in path.read_text().splitlines():
         try:
-            rec = json.loads(line)
+            records.append(json.loads(line))
         except json.JSONDecodeError:
             continue
+    df = frame_from_lines(records)
+    df.attrs["run"] = path.parent.name
+    return df
+
+
+def frame_from_lines(records: list[dict]):
+    """metrics.jsonl lines (dicts) as read_metrics' DataFrame: one row per line, the train
+    and eval dicts flattened to {split}_{kind}_{i} columns, derived columns added."""
+    import pandas as pd
+
+    rows = []
+    for rec in records:
         row = {k: rec.get(k) for k in ("step", "epoch", "tokens", "loss_tokens", "wall_s", "lr")}
         for split in ("train", "eval"):
             m = rec.get(split) or {}
@@ -112,9 +122,7 @@ def read_metrics(run: str | os.PathLike):
                 if m.get(k) is not None:
                     row[f"{split}_{k}"] = m[k]
         rows.append(row)
-    df = _finish(pd.DataFrame(rows), source="eagle3lab", loss_kind="kl")
-    df.attrs["run"] = path.parent.name
-    return df
+    return _finish(pd.DataFrame(rows), source="eagle3lab", loss_kind="kl")
 
 
 def _finish(df, *, source: str, loss_kind: str):

@@ -129,7 +129,7 @@ def final_table(frames: Sequence[Any], *, plateau_metric: str = "eval_loss_0",
 def plot_study_curves(study_dir, *, metric: str = "eval_loss_mean", extra: Sequence[Any] = (),
                       logx: bool = False):
     """Eval metric against tokens for every run of a study, one colour per arm. `extra`:
-    more read_metrics frames drawn in black (e.g. `study.drafter_curve`: a drafter trained
+    more read_metrics frames drawn in black (e.g. `scaling.drafter_curve`: a drafter trained
     on far more data, on its own eval split, labelled so); `logx`: log token axis."""
     import json
     from pathlib import Path
@@ -203,7 +203,7 @@ def plot_equal_compute(table, *, metric: str = "eval_loss_mean"):
 
 def plot_data_scaling(scaling, *, metrics: Sequence[str] = ("eval_full_acc_0",
                                                             "eval_sim_accept_len")):
-    """`study.data_scaling_table`: each metric against training-data tokens (log axis),
+    """`scaling.data_scaling_table`: each metric against training-data tokens (log axis),
     study runs as dots coloured by arm, the large-data drafter as a labelled star."""
     import matplotlib.pyplot as plt
 

@@ -7,7 +7,8 @@ own chat template, batched, greedy or seeded sampling, and writes one JSONL reco
 prompt (ids + assistant-only loss mask).
 
 Resumable: records are appended and fsynced a batch at a time; a re-run skips prompt ids
-already written (a torn last line from a crash is cut off first), so a prompt is never
+already written (a torn last line from a crash is cut off first; a bad line before good
+ones is refused, not cut), so a prompt is never
 answered twice. The parameters are recorded in `<out>.meta.json`; a re-run with different
 ones is refused instead of mixing two kinds of responses in one file.
 """
@@ -24,7 +25,7 @@ from typing import Any
 from . import __version__
 from .config import DEFAULT_TARGET
 from .errors import UserError
-from .fsutil import atomic_write_json, check_writable_dir
+from .fsutil import atomic_write_json, check_writable_dir, read_appended_jsonl
 from .prompts import chat_prompt_ids, conversation_record, load_prompts, prompts_fingerprint
 
 #: Parameters that change what a response is; a resumed run must use the same ones.
@@ -34,27 +35,6 @@ _IDENTITY_KEYS = ("target_config_sha256", "prompts_sha256", "max_new_tokens", "t
 
 def meta_path(out: Path) -> Path:
     return out.with_name(out.name + ".meta.json")
-
-
-def _load_done(out: Path) -> set[str]:
-    """Ids already written; cut a torn trailing line left by a crash."""
-    if not out.exists():
-        return set()
-    done: set[str] = set()
-    good_bytes = 0
-    with open(out, "rb") as f:
-        for raw in f:
-            if not raw.endswith(b"\n"):
-                break
-            try:
-                done.add(json.loads(raw)["id"])
-            except (json.JSONDecodeError, KeyError):
-                break
-            good_bytes += len(raw)
-    if good_bytes != out.stat().st_size:
-        with open(out, "rb+") as f:
-            f.truncate(good_bytes)
-    return done
 
 
 def regenerate(
@@ -104,7 +84,8 @@ def regenerate(
                 + ", ".join(f"{k}={old_params.get(k)!r} now {params[k]!r}" for k in diff)
                 + "). Resuming would mix two kinds of responses; choose a new --out or delete "
                 f"{out} and {mpath}.")
-    done = _load_done(out)
+    done = set(read_appended_jsonl(out, lambda r: "id" in r, "conversation record",
+                                   keep=lambda r: r["id"]))
     known = {p.id for p in plist}
     pending = [(i, p) for i, p in enumerate(plist) if p.id not in done]
     meta = {

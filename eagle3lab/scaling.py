@@ -10,7 +10,6 @@ verdict sentence says so.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -31,8 +30,7 @@ def study_eval_split(study_dir: str | os.PathLike) -> dict[str, Any]:
     from .train import TrainConfig, split_samples
 
     cfg = json.loads((Path(study_dir) / "study.json").read_text())["config"]
-    t = {**{f.name: f.default for f in dataclasses.fields(TrainConfig)
-            if f.default is not dataclasses.MISSING}, **cfg["train"]}
+    t = {**TrainConfig.defaults(), **cfg["train"]}
     if cfg.get("eval_data"):
         data, indices = cfg["eval_data"], None
     else:  # plan_study uses data_seed 0 for every run when it holds out part of the data
@@ -48,26 +46,12 @@ def drafter_misfit(drafter: str | os.PathLike, *, data: str | os.PathLike) -> li
     """The checkpoint doctor's fit errors for `drafter` against the target the shards in
     `data` were extracted from ([] = it fits and can be evaluated on them), e.g. the
     shipped drafter against the demo's tiny random target: hidden size 576 vs 64."""
-    from .formats.inspect import inspect_checkpoint
-    from .formats.reader import Checkpoint
     from .shards import ShardSet
-    from .specdec.load import FIT_CODES, native_engine
+    from .specdec.load import FIT_CODES, fit_errors
 
     target = ShardSet(data).manifest["target"]["path"]
-    ck = Checkpoint(drafter)
-    fmt = ck.format
-    ck.close()
-    report = inspect_checkpoint(drafter, target=target, engine=native_engine(fmt))
-    return [f"[{f.code}] {f.message}" for f in report.errors()
-            if f.code in FIT_CODES + ("aux-layers",)]
-
-
-def _load_for_eval(path: Path, *, target: str):
-    """speculators' own from_pretrained with the verifier weights read from `target` (the
-    shards' target, wherever it is now); the target's embedding when none was shipped."""
-    from .train import load_drafter
-
-    return load_drafter(path, target=target)
+    return [f"[{f.code}] {f.message}"
+            for f in fit_errors(drafter, target=target, codes=FIT_CODES + ("aux-layers",))[1]]
 
 
 def evaluate_drafter(drafter: str | os.PathLike, *, eval_data: str | os.PathLike,
@@ -84,7 +68,7 @@ def evaluate_drafter(drafter: str | os.PathLike, *, eval_data: str | os.PathLike
     not be the depth it was trained with: pass the study's so the columns line up."""
     from .shards import ShardSet
     from .target import resolve_device
-    from .train import PackedData, check_drafter_against_shards, evaluate
+    from .train import PackedData, check_drafter_against_shards, evaluate, load_drafter
 
     path = Path(drafter)
     if not (path / "config.json").is_file():
@@ -104,7 +88,8 @@ def evaluate_drafter(drafter: str | os.PathLike, *, eval_data: str | os.PathLike
     check_drafter_against_shards(json.loads((path / "config.json").read_text()), shards,
                                  None, f"the drafter in {path}")
     dev = resolve_device(device)
-    model = _load_for_eval(path, target=target["path"]).to(dev)
+    # the shards' target, wherever it is now (config.json may name another machine's path)
+    model = load_drafter(path, target=target["path"]).to(dev)
     data = PackedData(shards, range(len(shards)) if indices is None else indices,
                       max_tokens_per_batch)
     return evaluate(model, data, ttt_steps=ttt_steps, decay=decay, loss_fn=loss_fn, device=dev)
@@ -113,14 +98,10 @@ def evaluate_drafter(drafter: str | os.PathLike, *, eval_data: str | os.PathLike
 def eval_columns(ev: dict[str, Any]) -> dict[str, Any]:
     """An `eval` dict as the columns `metrics.read_metrics` gives an eval line (eval_loss_i,
     eval_full_acc_i, eval_cond_acc_i, eval_objective, eval_loss_mean, eval_sim_accept_len)."""
-    row: dict[str, Any] = {}
-    for kind in ("loss", "full_acc", "cond_acc"):
-        for i, v in enumerate(ev[kind]):
-            row[f"eval_{kind}_{i}"] = v
-    row["eval_objective"] = ev["objective"]
-    row["eval_loss_mean"] = sum(ev["loss"]) / len(ev["loss"])
-    row["eval_sim_accept_len"] = 1 + sum(ev["full_acc"])
-    return row
+    from .metrics import frame_from_lines
+
+    row = frame_from_lines([{"step": 0, "eval": ev}]).iloc[0].to_dict()
+    return {k: v for k, v in row.items() if k.startswith("eval_")}
 
 
 def vocab_coverage(t2d, *, data: str | os.PathLike, indices: list[int] | None = None) -> float:
@@ -128,8 +109,6 @@ def vocab_coverage(t2d, *, data: str | os.PathLike, indices: list[int] | None = 
     Teacher-forced accuracy compares with the target's best token WITHIN the drafter's own
     draft vocab, so it cannot see tokens outside it; for greedy responses this is how often
     the target's choice can be drafted at all."""
-    import torch
-
     from .shards import ShardSet
 
     s = ShardSet(data)
@@ -197,7 +176,7 @@ def large_data_row(drafter: str | os.PathLike, study_dir: str | os.PathLike, *,
     batches at the study's TTT depth (eval_* columns as in `compare_at_equal_compute`),
     with its training data and compute from `drafter_record`, the share of eval tokens its
     draft vocab covers, and `accept_len` from `acceptance` (e.g. `offline_acceptance`)."""
-    from safetensors import safe_open
+    from .formats.reader import Checkpoint
 
     split = study_eval_split(study_dir)
     ev = evaluate_drafter(drafter, eval_data=split["data"], indices=split["indices"],
@@ -205,11 +184,9 @@ def large_data_row(drafter: str | os.PathLike, study_dir: str | os.PathLike, *,
                           max_tokens_per_batch=split["max_tokens_per_batch"],
                           decay=split["decay"], loss_fn=split["loss_fn"], device=device)
     rec = drafter_record(drafter)
-    t2d = None
-    for f in sorted(Path(drafter).glob("*.safetensors")):
-        with safe_open(str(f), "pt") as h:
-            if "t2d" in h.keys():
-                t2d = h.get_tensor("t2d")
+    ck = Checkpoint(drafter)
+    t2d = ck.tensor("t2d") if "t2d" in ck.tensors else None
+    ck.close()
     row = {"run": label, "kind": LARGE_KIND, "data_fraction": None, "weight_decay": None,
            "seed": None, "train_samples": rec["train_samples"],
            "train_tokens": rec["train_tokens"],

@@ -30,7 +30,7 @@ from typing import Any
 from . import __version__
 from .config import DEFAULT_TARGET
 from .errors import UserError
-from .fsutil import atomic_write_json, check_writable_dir
+from .fsutil import atomic_write_json, check_writable_dir, read_appended_jsonl
 from .regenerate import meta_path  # the same <out>.meta.json convention
 
 _SENTINEL = "\u2063EAGLE3LAB_USER_TURN\u2063"
@@ -88,34 +88,6 @@ def user_turn_prefix(tokenizer, system_prompt: str | None = None) -> tuple[list[
         raise UserError("The chat template puts nothing after the user's message, so a "
                         "finished user turn cannot be recognised.")
     return [int(i) for i in prefix], int(after[0])
-
-
-def _load_done(out: Path) -> list[dict[str, Any]]:
-    """Records already written. A torn last line (a crash mid-write) is cut off; a bad
-    line followed by good ones is not a crash, so it is refused rather than cut."""
-    if not out.exists():
-        return []
-    recs: list[dict[str, Any]] = []
-    good = 0
-    lines = out.read_bytes().splitlines(keepends=True)
-    for lineno, raw in enumerate(lines, 1):
-        try:
-            rec = json.loads(raw) if raw.endswith(b"\n") else None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            rec = None
-        if not (isinstance(rec, dict) and isinstance(rec.get("prompt"), str)
-                and "id" in rec):
-            if lineno < len(lines):
-                raise UserError(f"{out}, line {lineno}: not a prompt record, and not the last "
-                                f"line (so not a torn write). Fix or delete the line, or "
-                                f"choose a new --out.")
-            break
-        recs.append(rec)
-        good += len(raw)
-    if good != out.stat().st_size:
-        with open(out, "rb+") as f:
-            f.truncate(good)
-    return recs
 
 
 def synthesize_prompts(
@@ -182,7 +154,8 @@ def synthesize_prompts(
                 + ", ".join(f"{k}={old.get(k)!r} now {params[k]!r}" for k in diff)
                 + f"); continuing would mix two kinds of prompts. Choose a new --out or "
                 f"delete {out} and {mpath}.")
-    done = _load_done(out)
+    done = read_appended_jsonl(out, lambda r: isinstance(r.get("prompt"), str) and "id" in r,
+                               "prompt record")
     if old_meta:
         meta = old_meta
     elif done:

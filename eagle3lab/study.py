@@ -74,9 +74,7 @@ def plan_study(cfg: StudyConfig) -> list[dict[str, Any]]:
     """One entry per run: name, run dir, arm and the train() keyword arguments."""
     from .train import TrainConfig
 
-    base = {f.name: f.default for f in dataclasses.fields(TrainConfig)
-            if f.default is not dataclasses.MISSING}
-    base.update(cfg.train)
+    base = {**TrainConfig.defaults(), **cfg.train}
     ev_frac = None if cfg.eval_data else base["eval_fraction"]
     budget = cfg.budget_epochs * full_epoch_tokens(cfg.data, base["max_tokens_per_batch"],
                                                   ev_frac)

@@ -278,7 +278,6 @@ def load_target(
     dtype: str = "float32", attn_implementation: str | None = "sdpa",
 ) -> Target:
     """Load a target (preset name, HF directory or hub id) with its tokenizer."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_target_path(target)

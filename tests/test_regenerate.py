@@ -55,6 +55,13 @@ def test_resume_never_duplicates(tiny_target, prompts_file, tmp_path):
     s = regenerate(target=tiny_target, prompts=prompts_file, out=out, max_new_tokens=4,
                    progress=False)
     assert s["new_records"] == 0 and _ids(out) == [f"p{i}" for i in range(6)]
+    # a bad line with good ones after it is not a torn write: refused, nothing cut
+    lines = out.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[:2] + ["garbage\n"] + lines[2:]))
+    with pytest.raises(UserError, match="line 3"):
+        regenerate(target=tiny_target, prompts=prompts_file, out=out, max_new_tokens=4,
+                   progress=False)
+    assert len(out.read_text().splitlines()) == 7
 
 
 def test_sampling_is_seeded(tiny_target, prompts_file, tmp_path):

@@ -53,11 +53,6 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import tempfile
 
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-
     from ..accept import Arm, measure_acceptance, summary_rows
 
     arms = [Arm("draft", args.draft, args.features, args.load_as)]
@@ -75,7 +70,7 @@ def run(args) -> int:
                                steps=args.steps, topk=args.topk,
                                draft_tokens=args.draft_tokens, temperature=args.temperature,
                                seed=args.seed, device=args.device, dtype=args.dtype,
-                               progress=not args.json)
+                               threads=args.threads, progress=not args.json)
     if args.json:
         print(json.dumps(r, indent=2, default=str))
         return 0

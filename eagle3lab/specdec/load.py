@@ -22,6 +22,21 @@ def native_engine(fmt: str) -> str:
     return "speculators" if fmt == "speculators" else "sglang"
 
 
+def fit_errors(draft: str | os.PathLike, *, target: str | os.PathLike,
+               codes: tuple[str, ...] = FIT_CODES) -> tuple[str, list]:
+    """(the engine that loads the checkpoint's format natively, the doctor's error findings
+    with these codes for `draft` against `target` inspected for that engine; [] = fits)."""
+    from ..formats.inspect import inspect_checkpoint
+    from ..formats.reader import Checkpoint
+
+    ck = Checkpoint(draft)  # headers only: which engine loads this format natively
+    fmt = ck.format
+    ck.close()
+    engine = native_engine(fmt)
+    report = inspect_checkpoint(draft, target=target, engine=engine)
+    return engine, [f for f in report.errors() if f.code in codes]
+
+
 def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLike | None = None,
                 steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
                 features: str = "fused", load_as: str | None = None, device: str = "auto",
@@ -29,9 +44,7 @@ def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLi
     """A PlainEngine (no draft) or a SpecEngine. `load_as`: emulate that serving engine's
     loading of the drafter (default: the checkpoint's native engine, i.e. as trained)."""
     from ..errors import UserError
-    from ..formats.inspect import inspect_checkpoint
     from ..formats.load_as import build_model, load_as as emulate
-    from ..formats.reader import Checkpoint
     from ..target import Target, load_target
     from .drafter import Drafter
     from .engine import SpecEngine
@@ -41,17 +54,13 @@ def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLi
                                                                    dtype=dtype)
     if draft is None:
         return PlainEngine(tgt)
-    ck = Checkpoint(draft)  # headers only: which engine loads this format natively
-    fmt = ck.format
-    ck.close()
-    report = inspect_checkpoint(draft, target=tgt.path, engine=native_engine(fmt))
-    misfit = [f for f in report.errors() if f.code in FIT_CODES]
+    engine, misfit = fit_errors(draft, target=tgt.path)
     if misfit:
         raise UserError(
             f"The drafter {draft} does not fit the target {tgt.name}; refused before decoding. "
             + " ".join(f"[{f.code}] {f.message}" for f in misfit)
             + f" (run `eagle3lab inspect {draft} --target {tgt.path}` for the full report).")
-    state = emulate(draft, load_as or native_engine(fmt), target=tgt.path, seed=seed)
+    state = emulate(draft, load_as or engine, target=tgt.path, seed=seed)
     model = build_model(state).to(tgt.device, tgt.dtype)
     drafter = Drafter(model)
     if state.hot_token_ids is not None:

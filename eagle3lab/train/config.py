@@ -78,6 +78,14 @@ class TrainConfig:
         cfg.validate()
         return cfg
 
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every field that has a default, with it (a dict a partial config is laid over)."""
+        missing = dataclasses.MISSING
+        return {f.name: f.default if f.default is not missing else f.default_factory()
+                for f in dataclasses.fields(cls)
+                if f.default is not missing or f.default_factory is not missing}
+
     def validate(self) -> None:
         checks = [(0 < self.data_fraction <= 1, "data_fraction must be in (0, 1]"),
                   (0 < self.eval_fraction < 1, "eval_fraction must be in (0, 1)"),
@@ -97,11 +105,8 @@ _RESUME_FREE = {"resume", "stop_after_steps", "progress", "device", "out", "cpu_
 def check_resume_settings(run_config: dict[str, Any], cfg: TrainConfig, out) -> None:
     """Refuse to resume the run in `out` (whose run.json holds `run_config`) with settings
     that change what is computed, naming both values of each."""
-    missing = dataclasses.MISSING  # fields newer than the run take their defaults
-    defaults = {f.name: f.default if f.default is not missing else f.default_factory()
-                for f in dataclasses.fields(TrainConfig)
-                if f.default is not missing or f.default_factory is not missing}
-    old = {k: v for k, v in {**defaults, **run_config}.items()
+    # fields newer than the run take their defaults
+    old = {k: v for k, v in {**TrainConfig.defaults(), **run_config}.items()
            if k not in _RESUME_FREE}
     new = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _RESUME_FREE}
     diff = [f"{k}: run {old.get(k)!r}, now {new.get(k)!r}" for k in sorted(set(old) | set(new))

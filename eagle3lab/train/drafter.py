@@ -70,20 +70,20 @@ def load_drafter(path: str | os.PathLike, *, attn: str = "sdpa", target: str | N
     embedding) would come out of from_pretrained with a ZERO embedding, since speculators
     refills only NaN ones (measured on the default eval shards: position-0 accuracy 0.11
     instead of 0.59); the target's embedding is loaded instead, as the engines do."""
-    from safetensors import safe_open
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
     from speculators.utils.loading import load_model_layers
+
+    from ..formats.reader import Checkpoint
 
     cfg = Eagle3SpeculatorConfig.from_pretrained(str(path))
     cfg.transformer_layer_config._attn_implementation = attn
     if target is not None:
         cfg.speculators_config.verifier.name_or_path = str(target)
     model = Eagle3DraftModel.from_pretrained(str(path), config=cfg)
-    names: set[str] = set()
-    for f in sorted(Path(path).glob("*.safetensors")):
-        with safe_open(str(f), "pt") as h:
-            names.update(h.keys())
-    if "embed_tokens.weight" not in names:
+    ck = Checkpoint(path)  # headers only
+    shipped_embedding = "embed_tokens.weight" in ck.tensors
+    ck.close()
+    if not shipped_embedding:
         w = load_model_layers(["embed_tokens.weight"],
                               str(cfg.speculators_config.verifier.name_or_path))
         model.embed_tokens.load_state_dict({"weight": w["embed_tokens.weight"]})

@@ -4,7 +4,7 @@ Prints, from the same conversations on the same target in the same process (inte
 repeats, median of each):
   plain forward    the target's base-model forward over the same padded batches, no hooks
   plain + lm_head  the full causal-LM forward (what a user would otherwise run)
-  extraction       eagle3lab.extract: hooks + concat + dtype cast + shard write + sha256
+  extraction       eagle3lab.data.extract: hooks + concat + dtype cast + shard write + sha256
 and their ratio (goal: extraction / plain forward >= 0.9), and bytes per token on disk.
 
     .venv/bin/python bench/extract.py [--target T] [--conversations FILE] [--n 48]
@@ -23,7 +23,7 @@ from pathlib import Path
 def synthetic_conversations(path: Path, tokenizer, n: int) -> Path:
     """Shipped train prompts, each answered by a fixed-length slice of another prompt's text
     (realistic lengths, no generation needed)."""
-    from eagle3lab.prompts import chat_prompt_ids, conversation_record, load_prompts
+    from eagle3lab.data.prompts import chat_prompt_ids, conversation_record, load_prompts
 
     prompts = load_prompts("train", limit=2 * n)
     with open(path, "w") as f:
@@ -52,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from eagle3lab.extract import _batches, extract
-    from eagle3lab.prompts import read_conversations
-    from eagle3lab.target import load_target
+    from eagle3lab.data.extract import _batches, extract
+    from eagle3lab.data.prompts import read_conversations
+    from eagle3lab.target.adapter import load_target
 
     tgt = load_target(args.target, device=args.device, dtype=args.model_dtype)
     tmp = Path(tempfile.mkdtemp(prefix="bench-extract-"))

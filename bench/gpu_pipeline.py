@@ -72,9 +72,9 @@ def accept_stage(*, drafter: Path, dst: Path, target: str, device: str, dtype: s
     """Offline acceptance of the packed drafter on the held-out prompts (greedy, chains of
     3 and `steps` draft steps): the same measurement and JSON as `eagle3lab accept --json`,
     one object per setting, written to `dst`."""
-    from eagle3lab.accept import measure_acceptance
+    from eagle3lab.specdec.accept import measure_acceptance
     from eagle3lab.fsutil import atomic_write_json
-    from eagle3lab.target import load_target
+    from eagle3lab.target.adapter import load_target
 
     tgt = load_target(target, device=device, dtype=dtype)  # once, for every setting
     results, row = [], {}
@@ -133,12 +133,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from eagle3lab.extract import extract
-    from eagle3lab.regenerate import regenerate
-    from eagle3lab.selfprompt import synthesize_prompts
-    from eagle3lab.target import load_target, resolve_device
+    from eagle3lab.data.extract import extract
+    from eagle3lab.data.regenerate import regenerate
+    from eagle3lab.data.selfprompt import synthesize_prompts
+    from eagle3lab.target.adapter import load_target, resolve_device
     from eagle3lab.train import TrainConfig, train_run
-    from eagle3lab.vocab import build_shard_vocab
+    from eagle3lab.data.vocab import build_shard_vocab
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

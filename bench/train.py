@@ -39,10 +39,10 @@ DEFAULT_SHARDS = Path(__file__).resolve().parent.parent / "data/runs/default/sha
 def synthetic_shards(root: Path, n: int = 24, draft_vocab_size: int = 8192) -> Path:
     """Shipped train prompts answered by 160 tokens of another prompt's text, extracted
     through the default target (realistic lengths, no generation)."""
-    from eagle3lab.extract import extract
-    from eagle3lab.prompts import chat_prompt_ids, conversation_record, load_prompts
-    from eagle3lab.target import load_target
-    from eagle3lab.vocab import build_shard_vocab
+    from eagle3lab.data.extract import extract
+    from eagle3lab.data.prompts import chat_prompt_ids, conversation_record, load_prompts
+    from eagle3lab.target.adapter import load_target
+    from eagle3lab.data.vocab import build_shard_vocab
 
     tgt = load_target("smollm2-135m-instruct", device="cpu")
     tok = tgt.tokenizer
@@ -69,9 +69,9 @@ def random_shards(root: Path, *, hidden: int, layers: int, heads: int, kv_heads:
     from safetensors.torch import save_file
     from transformers import AutoConfig, LlamaConfig
 
-    from eagle3lab.shards import FORMAT, FORMAT_VERSION, shard_name, write_manifest, write_shard
-    from eagle3lab.target import config_sha256, resolve_aux_layers
-    from eagle3lab.vocab import build_shard_vocab
+    from eagle3lab.data.shards import FORMAT, FORMAT_VERSION, shard_name, write_manifest, write_shard
+    from eagle3lab.target.adapter import config_sha256, resolve_aux_layers
+    from eagle3lab.data.vocab import build_shard_vocab
 
     tdir = root / "target"
     cfg = LlamaConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
@@ -118,7 +118,7 @@ def flops_per_token(info: dict, layer_cfg: dict, ttt: int, mean_doc_len: float) 
 
 def bench_ours(data: Path, out: Path, *, steps: int, warmup: int, max_tokens: int, ttt: int,
                device: str, attn: str) -> dict:
-    from eagle3lab.metrics import read_metrics
+    from eagle3lab.train.metrics import read_metrics
     from eagle3lab.train import read_run, train
 
     train(data=str(data), out=str(out), max_steps=steps + warmup, epochs=1000,
@@ -144,7 +144,7 @@ def bench_speculators(data: Path, *, steps: int, warmup: int, max_tokens: int, t
     from speculators.train.distributed_batch_sampler import MultipackDistributedBatchSamplerV2
     from torch.utils.data import DataLoader, Dataset
 
-    from eagle3lab.shards import ShardSet
+    from eagle3lab.data.shards import ShardSet
     from eagle3lab.train import build_drafter
 
     shards = ShardSet(data)
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.warmup = max(args.warmup, 1)
 
-    from eagle3lab.target import resolve_device
+    from eagle3lab.target.adapter import resolve_device
 
     device = resolve_device(args.device)
     root = Path(tempfile.mkdtemp(prefix="bench-train-"))
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     info = ours["info"]
     layer_cfg = json.loads((root / "run" / "final" / "config.json").read_text())[
         "transformer_layer_config"]
-    from eagle3lab.shards import ShardSet
+    from eagle3lab.data.shards import ShardSet
 
     lengths = ShardSet(data).lengths()
     mean_doc = sum(min(x, args.max_tokens) for x in lengths) / len(lengths)

@@ -1,3 +1,3 @@
-from .cli import main
+from eagle3lab.cli import main
 
 raise SystemExit(main())

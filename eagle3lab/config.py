@@ -13,7 +13,7 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import UserError
+from eagle3lab.errors import UserError
 
 T = TypeVar("T")
 

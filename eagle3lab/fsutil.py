@@ -66,7 +66,7 @@ def read_appended_jsonl(path: str | os.PathLike, is_record: Callable[[dict], boo
     may be killed while writing), read line by line. A torn last line (a crash mid-write) is
     cut off the file; a bad line followed by good ones is not a crash, so it is refused
     (naming the line) rather than cut, which would throw the good records after it away."""
-    from .errors import UserError
+    from eagle3lab.errors import UserError
 
     path = Path(path)
     if not path.exists():
@@ -129,7 +129,7 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
 
 def check_writable_dir(path: str | os.PathLike, what: str = "output directory") -> Path:
     """Create `path` if needed and prove we can write there; raise UserError otherwise."""
-    from .errors import UserError
+    from eagle3lab.errors import UserError
 
     path = Path(path)
     try:

@@ -1,18 +1,27 @@
-"""Shared fixtures: the real default target (prepared once) and tiny random Llama targets."""
+"""Shared fixtures: the real default target (prepared once), tiny random Llama targets, and
+a tiny target whose next-token distributions are SHARP (so matching them is a learnable
+task with a measurable accuracy), its shards, and one trained run shared by the tests that
+only read a run (training and study tests)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from testutil import make_tiny_llama
 
+# On a CPU shared with other jobs, OpenMP threads that spin-wait for a descheduled sibling
+# make every op ~20x slower; passive waiting avoids it. Effective only if torch is not yet
+# imported in this process, and inherited by the papermill kernels the notebook tests start.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 @pytest.fixture(scope="session")
 def default_target_dir() -> Path:
     """The real SmolLM2-135M-Instruct, converted and verified (a no-op once prepared)."""
-    from eagle3lab.default_target import prepare_target
+    from eagle3lab.target.default import prepare_target
 
     return prepare_target(verbose=False)
 
@@ -24,6 +33,37 @@ def tiny_target_dir(tmp_path_factory, default_target_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_target(tiny_target_dir):
-    from eagle3lab.target import load_target
+    from eagle3lab.target.adapter import load_target
 
     return load_target(str(tiny_target_dir), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def sharp_target_dir(tmp_path_factory, default_target_dir) -> Path:
+    """8 layers, hidden 64, logits x40: the target's argmax is a stable function of context."""
+    return make_tiny_llama(tmp_path_factory.mktemp("sharp-llama"), default_target_dir,
+                      head_scale=40.0)
+
+
+@pytest.fixture(scope="session")
+def sharp_data(tmp_path_factory, sharp_target_dir) -> dict[str, str]:
+    """48 train / 12 held-out synthetic conversations through the sharp target; draft
+    vocab 64. Made by the library's own demo_data (which the notebooks use)."""
+    from eagle3lab.study.sweep import demo_data
+
+    return demo_data(tmp_path_factory.mktemp("sharp-data"), target=str(sharp_target_dir),
+                     n_train=48, n_eval=12, draft_vocab_size=64)
+
+
+#: The learning run: 8 epochs of 48 samples in 512-token batches (~48 steps, ~10 s).
+LEARN_KW = dict(epochs=8, max_tokens_per_batch=512, lr=1e-3, eval_every=8,
+                checkpoint_every=20, progress=False)
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, sharp_data) -> Path:
+    from eagle3lab.train import train
+
+    out = tmp_path_factory.mktemp("trained") / "run"
+    train(data=sharp_data["train"], eval_data=sharp_data["eval"], out=str(out), **LEARN_KW)
+    return out

@@ -36,7 +36,7 @@ def test_cpu_smoke(tmp_path, default_target_dir):
     from safetensors.torch import load_file
 
     from eagle3lab.formats.inspect import inspect_checkpoint
-    from eagle3lab.prompts import load_prompts
+    from eagle3lab.data.prompts import load_prompts
     from eagle3lab.specdec.engine import SpecEngine
     from eagle3lab.specdec.load import load_engine
 

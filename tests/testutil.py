@@ -37,7 +37,7 @@ def write_conversations(path: Path, tokenizer, n: int = 10, seed: int = 0) -> Pa
     """Synthetic conversations in `regenerate`'s record format (no generation needed)."""
     import random
 
-    from eagle3lab.prompts import Prompt, chat_prompt_ids, conversation_record
+    from eagle3lab.data.prompts import Prompt, chat_prompt_ids, conversation_record
 
     rng = random.Random(seed)
     words = "the a model token draft layer state speed test data run fast slow good".split()

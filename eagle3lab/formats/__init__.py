@@ -6,11 +6,11 @@ Prevents train/serve mismatches (dropped keys, shifted aux layer ids, ignored no
 vocab maps) from being discovered only as accept length 1.00 on a GPU server.
 """
 
-from .convert import convert_checkpoint
-from .findings import CODES, Finding, Report
-from .inspect import inspect_checkpoint
-from .load_as import EngineRefusal, load_as
-from .profiles import ENGINES, PROFILES, get_profile
+from eagle3lab.formats.convert import convert_checkpoint
+from eagle3lab.formats.findings import CODES, Finding, Report
+from eagle3lab.formats.inspect import inspect_checkpoint
+from eagle3lab.formats.load_as import EngineRefusal, load_as
+from eagle3lab.formats.profiles import ENGINES, PROFILES, get_profile
 
 __all__ = ["CODES", "ENGINES", "PROFILES", "EngineRefusal", "Finding", "Report",
            "convert_checkpoint", "get_profile", "inspect_checkpoint", "load_as"]

@@ -5,16 +5,16 @@ layers in SGLang (capture = id + 1) and vLLM/speculators (capture = id), and SGL
 ids only from `eagle_config.eagle_aux_hidden_state_layer_ids`, so ids that speculators wrote
 at the top level are ignored and the engine quietly captures its defaults. Everything is
 compared as capture points (capture p = the input of target layer p = HF hidden_states[p]),
-the convention eagle3lab.target uses.
+the convention eagle3lab.target.adapter uses.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .detect import DraftConfig
-from .findings import Finding, error, warning
-from .profiles import (EngineProfile, capture_range, default_capture_points,
+from eagle3lab.formats.detect import DraftConfig
+from eagle3lab.formats.findings import Finding, error, warning
+from eagle3lab.formats.profiles import (EngineProfile, capture_range, default_capture_points,
                        ids_to_capture)
 
 #: Where ids can sit, and the convention an id found there is written in.

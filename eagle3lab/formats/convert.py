@@ -19,17 +19,17 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import UserError
-from ..fsutil import atomic_dir, atomic_write_json
-from .auxids import recorded_capture
-from .detect import RECORD_KEY, DraftConfig, parse_draft_config
-from .findings import Report
-from .profiles import (ATTN_BIAS_PARTS, ATTN_PARTS, FIRST_LAYER_EXTRA, MLP_PARTS, NORM_PARTS,
+from eagle3lab.errors import UserError
+from eagle3lab.fsutil import atomic_dir, atomic_write_json
+from eagle3lab.formats.auxids import recorded_capture
+from eagle3lab.formats.detect import RECORD_KEY, DraftConfig, parse_draft_config
+from eagle3lab.formats.findings import Report
+from eagle3lab.formats.profiles import (ATTN_BIAS_PARTS, ATTN_PARTS, FIRST_LAYER_EXTRA, MLP_PARTS, NORM_PARTS,
                        SGLANG_0523, VERIFIER_KEYS, EngineProfile, capture_range,
                        capture_to_ids, get_profile)
-from .reader import Checkpoint
-from .schema import draft_tensors
-from .targetinfo import TargetInfo, target_info
+from eagle3lab.formats.reader import Checkpoint
+from eagle3lab.formats.schema import draft_tensors
+from eagle3lab.formats.targetinfo import TargetInfo, target_info
 
 _PARTS = ATTN_PARTS + ATTN_BIAS_PARTS + MLP_PARTS + NORM_PARTS + FIRST_LAYER_EXTRA
 _SHARED = ("fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight", "d2t", "t2d")
@@ -105,7 +105,7 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *,
                        force: bool = False) -> ConversionResult:
     """Convert SRC to DST for `to` (engine: the profile the output must pass; default
     "sglang" for --to sglang, "vllm" for --to speculators)."""
-    from .inspect import inspect_checkpoint
+    from eagle3lab.formats.inspect import inspect_checkpoint
 
     if to not in TABLES:
         raise UserError(f"--to must be 'sglang' or 'speculators', not {to!r}.")

@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
-from .detect import RECORD_KEY
-from .targetinfo import target_tensor
+from eagle3lab.errors import UserError
+from eagle3lab.formats.detect import RECORD_KEY
+from eagle3lab.formats.targetinfo import target_tensor
 
 
 def make_tiny_target(path: str | os.PathLike, *, layers: int = 8, hidden: int = 64,
@@ -146,7 +146,7 @@ def make_demo_pair(root: str | os.PathLike, *, seed: int = 0) -> dict[str, Path]
     import torch
     from safetensors.torch import load_file, save_file
 
-    from .convert import convert_checkpoint
+    from eagle3lab.formats.convert import convert_checkpoint
 
     root = Path(root)
     target = make_tiny_target(root / "target", seed=seed)

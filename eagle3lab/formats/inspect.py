@@ -15,16 +15,16 @@ import os
 import time
 from pathlib import Path
 
-from ..errors import UserError
-from . import auxids, values
-from .detect import (DraftConfig, canonical_key, detect_format, key_layout, layer_index,
+from eagle3lab.errors import UserError
+from eagle3lab.formats import auxids, values
+from eagle3lab.formats.detect import (DraftConfig, canonical_key, detect_format, key_layout, layer_index,
                      parse_draft_config)
-from .findings import Finding, Report, error, warning
-from .profiles import DEFAULT_ENGINE, INPUT_NORM, EngineProfile, engine_key, get_profile
-from .reader import Checkpoint
-from .schema import (draft_tensors, engine_param_keys, engine_required,
+from eagle3lab.formats.findings import Finding, Report, error, warning
+from eagle3lab.formats.profiles import DEFAULT_ENGINE, INPUT_NORM, EngineProfile, engine_key, get_profile
+from eagle3lab.formats.reader import Checkpoint
+from eagle3lab.formats.schema import (draft_tensors, engine_param_keys, engine_required,
                      engine_target_hidden, flag_read_by, num_aux)
-from .targetinfo import TargetInfo, target_info
+from eagle3lab.formats.targetinfo import TargetInfo, target_info
 
 
 def inspect_checkpoint(checkpoint: str | os.PathLike, *, target: str | os.PathLike | None = None,

@@ -16,13 +16,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
-from .auxids import engine_capture
-from .detect import DraftConfig, canonical_key, parse_draft_config
-from .profiles import INPUT_NORM, EngineProfile, engine_key, get_profile
-from .reader import Checkpoint
-from .schema import applies, draft_tensors, engine_param_keys, engine_target_hidden, num_aux
-from .targetinfo import target_info, target_tensor
+from eagle3lab.errors import UserError
+from eagle3lab.formats.auxids import engine_capture
+from eagle3lab.formats.detect import DraftConfig, canonical_key, parse_draft_config
+from eagle3lab.formats.profiles import INPUT_NORM, EngineProfile, engine_key, get_profile
+from eagle3lab.formats.reader import Checkpoint
+from eagle3lab.formats.schema import applies, draft_tensors, engine_param_keys, engine_target_hidden, num_aux
+from eagle3lab.formats.targetinfo import target_info, target_tensor
 
 #: Stand-in for an engine's uninitialised parameters (SGLang/vLLM allocate torch.empty;
 #: RMSNorm weights start at ones). Seeded, so predictions are reproducible.
@@ -187,7 +187,7 @@ def build_model(es: EngineState, *, attn: str = "sdpa"):
     import torch
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
 
-    from .convert import to_speculators_config
+    from eagle3lab.formats.convert import to_speculators_config
 
     cfg = es.config
     if cfg.layout == "speculators":

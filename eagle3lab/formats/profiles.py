@@ -184,7 +184,7 @@ DEFAULT_ENGINE = {"eagle3": "sglang", "speculators": "vllm", "unknown": "sglang"
 
 
 def get_profile(engine: str) -> EngineProfile:
-    from ..errors import UserError
+    from eagle3lab.errors import UserError
 
     if engine not in PROFILES:
         raise UserError(f"Unknown engine {engine!r}; choose one of {', '.join(ENGINES)}.")

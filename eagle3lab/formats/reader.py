@@ -117,7 +117,7 @@ class Checkpoint:
     @property
     def format(self) -> str:
         """speculators / eagle3 / unknown, from the config and tensor names (no data read)."""
-        from .detect import detect_format
+        from eagle3lab.formats.detect import detect_format
 
         return detect_format(list(self.tensors), self.config)
 
@@ -262,7 +262,7 @@ class Checkpoint:
 
 def read_config(path: str | os.PathLike) -> dict[str, Any]:
     """A model directory's config.json as a dict (UserError if missing or malformed)."""
-    from ..errors import UserError
+    from eagle3lab.errors import UserError
 
     p = Path(path) / "config.json"
     try:

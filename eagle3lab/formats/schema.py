@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .detect import DraftConfig, get_path
-from .profiles import (INPUT_NORM, VERIFIER_KEYS, EngineProfile, layer_parts)
+from eagle3lab.formats.detect import DraftConfig, get_path
+from eagle3lab.formats.profiles import (INPUT_NORM, VERIFIER_KEYS, EngineProfile, layer_parts)
 
 
 @dataclasses.dataclass(frozen=True)

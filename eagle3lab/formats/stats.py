@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .findings import CODES, Report
-from .reader import Checkpoint
+from eagle3lab.formats.findings import CODES, Report
+from eagle3lab.formats.reader import Checkpoint
 
 
 def findings_rows(report: Report) -> list[dict[str, Any]]:
@@ -67,7 +67,7 @@ def diff_checkpoints(a: str | os.PathLike, b: str | os.PathLike) -> list[dict[st
     """Tensor-by-tensor comparison, matching midlayer.* with layers.0.* across formats."""
     import torch
 
-    from .detect import canonical_key
+    from eagle3lab.formats.detect import canonical_key
 
     ca, cb = Checkpoint(a), Checkpoint(b)
     try:
@@ -112,7 +112,7 @@ def vocab_coverage(checkpoint: str | os.PathLike, counts) -> dict[str, Any]:
     """
     import torch
 
-    from .detect import canonical_key
+    from eagle3lab.formats.detect import canonical_key
 
     ck = Checkpoint(checkpoint)
     try:
@@ -145,8 +145,8 @@ def load_token_counts(path: str | os.PathLike):
 
     p = Path(path)
     if p.is_dir():
-        from ..shards import ShardSet
-        from ..vocab import token_counts
+        from eagle3lab.data.shards import ShardSet
+        from eagle3lab.data.vocab import token_counts
 
         return token_counts(ShardSet(p))
     if p.suffix == ".safetensors":

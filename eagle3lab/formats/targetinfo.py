@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..config import DEFAULT_TARGET, TARGET_PRESETS, preset_dir
-from ..errors import UserError
-from .reader import read_config
+from eagle3lab.config import DEFAULT_TARGET, TARGET_PRESETS, preset_dir
+from eagle3lab.errors import UserError
+from eagle3lab.formats.reader import read_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +80,7 @@ _HEAD = ("lm_head.weight", "model.lm_head.weight")
 def target_tensor(target: str | os.PathLike, what: str):
     """The target's input embedding ("embed") or output head ("head", the embedding when
     tied) [vocab, hidden], read alone from its weight files."""
-    from .reader import Checkpoint
+    from eagle3lab.formats.reader import Checkpoint
 
     d = target_dir(target)
     ck = Checkpoint(d)

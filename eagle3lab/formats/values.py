@@ -9,8 +9,8 @@ scan streams each tensor in blocks, so it stays fast and small on an 8B-target d
 
 from __future__ import annotations
 
-from .findings import Finding, error, warning
-from .reader import Checkpoint
+from eagle3lab.formats.findings import Finding, error, warning
+from eagle3lab.formats.reader import Checkpoint
 
 
 def vocab_map_findings(ck: Checkpoint, names: dict[str, str], *, draft_vocab: int | None,

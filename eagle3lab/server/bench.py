@@ -70,7 +70,7 @@ def build_requests(prompts: list, tokenizer=None) -> list[dict[str, Any]]:
     """Prompts (eagle3lab Prompt objects or strings) -> requests. With a tokenizer the
     chat template is applied here and `input_ids` are sent (identical for every server);
     without one the raw `text` is sent."""
-    from ..prompts import chat_prompt_ids
+    from eagle3lab.data.prompts import chat_prompt_ids
 
     out = []
     for i, p in enumerate(prompts):
@@ -110,7 +110,7 @@ def run_requests(url: str, requests: list[dict[str, Any]], *, arm: str,
     """Send each request to URL/generate in turn; one DataFrame row per request."""
     import pandas as pd
 
-    from ..errors import UserError
+    from eagle3lab.errors import UserError
 
     rows = []
     for req in requests:
@@ -183,7 +183,7 @@ def decode_over_time(log_path: str | Path, arm: str):
     """The server's `Decode batch` lines as a DataFrame (seconds since the first one)."""
     import pandas as pd
 
-    from .logs import analyse_log
+    from eagle3lab.server.logs import analyse_log
 
     dec = analyse_log(log_path)["decode"]
     df = pd.DataFrame(dec, columns=["time", "running_req", "accept_len", "accept_rate",
@@ -228,7 +228,7 @@ class BenchResult:
 
     def save(self, run_dir: str | Path) -> list[Path]:
         """requests.csv, summary.csv, positions.csv, decode.csv, bench.json in run_dir."""
-        from ..fsutil import atomic_write_json, atomic_write_text
+        from eagle3lab.fsutil import atomic_write_json, atomic_write_text
 
         run_dir = Path(run_dir)
         out = []
@@ -250,7 +250,7 @@ def plan_arms(*, engine: str, target: str, draft: str | None, steps: int = 3, to
               extra_args: list[str] | None = None) -> tuple[dict, list[str]]:
     """The notebook's arms: `baseline` (no draft) and, when a draft is given and can be
     served, `speculative`; plus notes saying why an arm is skipped. Ports are picked free."""
-    from .launch import LaunchConfig
+    from eagle3lab.server.launch import LaunchConfig
 
     common = dict(engine=engine, target=target, tp=tp, cuda_graph=cuda_graph, port=0,
                   device=device, env=dict(env or {}), extra_args=list(extra_args or []))
@@ -262,7 +262,7 @@ def plan_arms(*, engine: str, target: str, draft: str | None, steps: int = 3, to
                      "checkpoint directory to compare.")
         return arms, notes
     if engine == "reference":
-        from .reference import spec_engine_available
+        from eagle3lab.server.reference import spec_engine_available
 
         ok, why = spec_engine_available()
         if not ok:
@@ -284,8 +284,8 @@ def benchmark_arms(arms: dict, *, prompts: list, run_dir: str | Path, tokenizer=
     arm whose server does not become ready is recorded in `skipped` with the reason."""
     import pandas as pd
 
-    from .launch import start
-    from .logs import analyse_log
+    from eagle3lab.server.launch import start
+    from eagle3lab.server.logs import analyse_log
 
     requests = build_requests(prompts, tokenizer)
     frames, decode, watch, logs, infos, stops, skipped = [], [], {}, {}, {}, {}, {}

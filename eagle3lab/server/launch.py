@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from ..config import strict_from_dict
-from ..errors import UserError
-from ..fsutil import atomic_write_json
-from . import process
+from eagle3lab.config import strict_from_dict
+from eagle3lab.errors import UserError
+from eagle3lab.fsutil import atomic_write_json
+from eagle3lab.server import process
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -234,7 +234,7 @@ class ServerHandle:
         return self.stop_report
 
     def watchdog(self, **kwargs):
-        from .watch import Watchdog
+        from eagle3lab.server.watch import Watchdog
 
         return Watchdog(self, **kwargs)
 

@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from .warnings import WarningTally, hang_cause
+from eagle3lab.server.warnings import WarningTally, hang_cause
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _STAMP = re.compile(
@@ -282,7 +282,7 @@ class LogFollower:
 
 def parse_now(text: str | None) -> dt.datetime:
     """`--now` (ISO 8601; local time when naive) -> naive local time, as SGLang logs it."""
-    from ..errors import UserError
+    from eagle3lab.errors import UserError
 
     if not text:
         return dt.datetime.now()

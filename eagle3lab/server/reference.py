@@ -37,7 +37,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ..errors import UserError
+from eagle3lab.errors import UserError
 
 SAMPLING_KEYS = {"max_new_tokens", "temperature", "top_p", "stop_token_ids", "ignore_eos",
                  "sampling_seed", "skip_special_tokens"}
@@ -88,10 +88,10 @@ def load_engine(*, target: str, draft: str | None, steps: int, topk: int,
                 draft_tokens: int | None, device: str = "auto"):
     """Plain decoding without a draft; with one, the speculative engine built by
     `eagle3lab.specdec`'s `load_engine` (imported here, only when asked for)."""
-    from ..target import load_target
+    from eagle3lab.target.adapter import load_target
 
     if not draft:
-        from ..specdec.plain import PlainEngine
+        from eagle3lab.specdec.plain import PlainEngine
 
         return PlainEngine(load_target(target, device=device))
     loader = _spec_engine_loader()  # before loading anything: fail in a second

@@ -22,10 +22,10 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable
 
-from ..fsutil import atomic_write_json
-from . import process
-from .logs import LogFollower
-from .warnings import hang_cause
+from eagle3lab.fsutil import atomic_write_json
+from eagle3lab.server import process
+from eagle3lab.server.logs import LogFollower
+from eagle3lab.server.warnings import hang_cause
 
 FINAL = ("ready", "crashed", "hung", "exited")
 

@@ -12,7 +12,7 @@ skipped when H equals the drafter's width (SGLang's `if hidden.shape[-1] != embe
 
 from __future__ import annotations
 
-from .kvcache import attention_mask, keep
+from eagle3lab.specdec.kvcache import attention_mask, keep
 
 
 class Drafter:

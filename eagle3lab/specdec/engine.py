@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .kvcache import attention_mask, gather, keep
-from .plain import sample_token, sampling_probs
-from .result import GenerationResult
+from eagle3lab.specdec.kvcache import attention_mask, gather, keep
+from eagle3lab.specdec.plain import sample_token, sampling_probs
+from eagle3lab.specdec.result import GenerationResult
 
 FEATURES = ("fused", "last_layer")
 
@@ -32,8 +32,8 @@ class SpecEngine:
     def __init__(self, target, drafter, *, capture_points: list[int] | None = None,
                  steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
                  features: str = "fused"):
-        from ..errors import UserError
-        from ..target import AuxLayers
+        from eagle3lab.errors import UserError
+        from eagle3lab.target.adapter import AuxLayers
 
         if features not in FEATURES:
             raise UserError(f"features must be one of {FEATURES}, got {features!r}.")
@@ -83,7 +83,7 @@ class SpecEngine:
         import torch
         from transformers import DynamicCache
 
-        from ..errors import UserError
+        from eagle3lab.errors import UserError
 
         if temperature > 0 and self.topk > 1:
             raise UserError("Tree drafting (topk > 1) is verified greedily only; use topk 1 "

@@ -21,9 +21,9 @@ def sglang_config_speculators_keys(healthy: str | os.PathLike, dst: str | os.Pat
 
     from safetensors.torch import load_file, save_file
 
-    from ..formats.convert import convert_checkpoint
-    from ..formats.reader import Checkpoint
-    from ..fsutil import atomic_dir
+    from eagle3lab.formats.convert import convert_checkpoint
+    from eagle3lab.formats.reader import Checkpoint
+    from eagle3lab.fsutil import atomic_dir
 
     healthy, dst = Path(healthy), Path(dst)
     ck = Checkpoint(healthy)

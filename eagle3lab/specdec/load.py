@@ -26,8 +26,8 @@ def fit_errors(draft: str | os.PathLike, *, target: str | os.PathLike,
                codes: tuple[str, ...] = FIT_CODES) -> tuple[str, list]:
     """(the engine that loads the checkpoint's format natively, the doctor's error findings
     with these codes for `draft` against `target` inspected for that engine; [] = fits)."""
-    from ..formats.inspect import inspect_checkpoint
-    from ..formats.reader import Checkpoint
+    from eagle3lab.formats.inspect import inspect_checkpoint
+    from eagle3lab.formats.reader import Checkpoint
 
     ck = Checkpoint(draft)  # headers only: which engine loads this format natively
     fmt = ck.format
@@ -43,12 +43,12 @@ def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLi
                 dtype: str = "float32", seed: int = 0):
     """A PlainEngine (no draft) or a SpecEngine. `load_as`: emulate that serving engine's
     loading of the drafter (default: the checkpoint's native engine, i.e. as trained)."""
-    from ..errors import UserError
-    from ..formats.load_as import build_model, load_as as emulate
-    from ..target import Target, load_target
-    from .drafter import Drafter
-    from .engine import SpecEngine
-    from .plain import PlainEngine
+    from eagle3lab.errors import UserError
+    from eagle3lab.formats.load_as import build_model, load_as as emulate
+    from eagle3lab.target.adapter import Target, load_target
+    from eagle3lab.specdec.drafter import Drafter
+    from eagle3lab.specdec.engine import SpecEngine
+    from eagle3lab.specdec.plain import PlainEngine
 
     tgt = target if isinstance(target, Target) else load_target(target, device=device,
                                                                    dtype=dtype)

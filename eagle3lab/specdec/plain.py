@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from .result import GenerationResult
+from eagle3lab.specdec.result import GenerationResult
 
 
 def sampling_probs(logits, temperature: float, top_p: float = 1.0):

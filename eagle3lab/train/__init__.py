@@ -15,12 +15,12 @@ Prevents three silent failures of drafter training, one module each:
 re-exports the public names, so `from eagle3lab.train import X` works for each of them.
 """
 
-from .checkpoints import RUN_FORMAT, RUN_VERSION, is_finished, read_run
-from .config import ENGINE_PROFILES, TrainConfig
-from .data import PackedData, shard_identity, split_samples
-from .drafter import build_drafter, check_drafter_against_shards, draft_layer_config, load_drafter
-from .evaluation import evaluate
-from .loop import TrainingDiverged, train, train_run
+from eagle3lab.train.checkpoints import RUN_FORMAT, RUN_VERSION, is_finished, read_run
+from eagle3lab.train.config import ENGINE_PROFILES, TrainConfig
+from eagle3lab.train.data import PackedData, shard_identity, split_samples
+from eagle3lab.train.drafter import build_drafter, check_drafter_against_shards, draft_layer_config, load_drafter
+from eagle3lab.train.evaluation import evaluate
+from eagle3lab.train.loop import TrainingDiverged, train, train_run
 
 __all__ = [
     "ENGINE_PROFILES", "RUN_FORMAT", "RUN_VERSION", "PackedData", "TrainConfig",

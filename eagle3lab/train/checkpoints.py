@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..errors import UserError
-from ..fsutil import atomic_dir, atomic_write_json, atomic_write_text
+from eagle3lab import __version__
+from eagle3lab.errors import UserError
+from eagle3lab.fsutil import atomic_dir, atomic_write_json, atomic_write_text
 
 RUN_FORMAT = "eagle3lab-run"
 RUN_VERSION = 1

@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from ..config import strict_from_dict
-from ..errors import UserError
+from eagle3lab.config import strict_from_dict
+from eagle3lab.errors import UserError
 
 #: Speculators EAGLE-3 flags each serving engine implements (checked against the engines'
 #: llama_eagle3.py): SGLang 0.5.x has no input_norm (norm_before_fc) and silently drops

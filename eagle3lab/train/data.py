@@ -16,8 +16,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
-from .config import TrainConfig
+from eagle3lab.errors import UserError
+from eagle3lab.train.config import TrainConfig
 
 
 class PackedData:
@@ -126,8 +126,8 @@ def prepare_data(cfg: TrainConfig):
     eval PackedData, eval note, d2t, t2d, target path)."""
     from transformers import AutoConfig
 
-    from ..shards import ShardSet
-    from ..target import config_sha256
+    from eagle3lab.data.shards import ShardSet
+    from eagle3lab.target.adapter import config_sha256
 
     shards = ShardSet(cfg.data)
     d2t, t2d = shards.vocab_map()

@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
-from .config import ENGINE_PROFILES
+from eagle3lab.errors import UserError
+from eagle3lab.train.config import ENGINE_PROFILES
 
 
 def draft_layer_config(target_path: str, *, num_layers: int = 1, attn: str = "sdpa",
@@ -73,7 +73,7 @@ def load_drafter(path: str | os.PathLike, *, attn: str = "sdpa", target: str | N
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
     from speculators.utils.loading import load_model_layers
 
-    from ..formats.reader import Checkpoint
+    from eagle3lab.formats.reader import Checkpoint
 
     cfg = Eagle3SpeculatorConfig.from_pretrained(str(path))
     cfg.transformer_layer_config._attn_implementation = attn

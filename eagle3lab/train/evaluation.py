@@ -8,8 +8,8 @@ epoch 0, keeping the raw counts the ratios come from.
 
 from __future__ import annotations
 
-from ..metrics import step_counts, summarize_counts
-from .data import PackedData
+from eagle3lab.train.metrics import step_counts, summarize_counts
+from eagle3lab.train.data import PackedData
 
 
 def evaluate(model, data: PackedData, *, ttt_steps: int, decay: float = 1.0,

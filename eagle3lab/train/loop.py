@@ -21,15 +21,15 @@ import math
 import time
 from typing import Any
 
-from ..errors import UserError
-from ..fsutil import atomic_write_json, check_writable_dir
-from ..metrics import METRIC_DEFINITIONS, step_counts, summarize_counts
-from .checkpoints import (RUN_FORMAT, RUN_VERSION, list_checkpoints, load_checkpoint,
+from eagle3lab.errors import UserError
+from eagle3lab.fsutil import atomic_write_json, check_writable_dir
+from eagle3lab.train.metrics import METRIC_DEFINITIONS, step_counts, summarize_counts
+from eagle3lab.train.checkpoints import (RUN_FORMAT, RUN_VERSION, list_checkpoints, load_checkpoint,
                           read_run, save_checkpoint, save_final, truncate_metrics, versions)
-from .config import ENGINE_PROFILES, TrainConfig, check_resume_settings
-from .data import PackedData, compare_identity, prepare_data, shard_identity
-from .drafter import build_drafter, init_from
-from .evaluation import evaluate
+from eagle3lab.train.config import ENGINE_PROFILES, TrainConfig, check_resume_settings
+from eagle3lab.train.data import PackedData, compare_identity, prepare_data, shard_identity
+from eagle3lab.train.drafter import build_drafter, init_from
+from eagle3lab.train.evaluation import evaluate
 
 
 class TrainingDiverged(UserError):
@@ -107,7 +107,7 @@ def _train_run(cfg: TrainConfig) -> dict[str, Any]:
     from speculators.losses import resolve_loss_config
     from tqdm.auto import tqdm
 
-    from ..target import resolve_device
+    from eagle3lab.target.adapter import resolve_device
 
     cfg.validate()
     out = check_writable_dir(cfg.out, "run directory")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see tests/train/conftest.py
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see tests/conftest.py
 
 
 def tiny_params(work_dir: Path, target: Path) -> dict:
@@ -41,7 +41,7 @@ def tiny_params(work_dir: Path, target: Path) -> dict:
 @pytest.fixture(scope="session")
 def tiny_report(tmp_path_factory, tiny_target_dir):
     """Runs the whole plan once on the tiny target; returns (report dict, params, out)."""
-    from eagle3lab.report import run_report
+    from eagle3lab.report.run import run_report
 
     artifacts = os.environ.get("EAGLE3LAB_CI_ARTIFACTS")
     if artifacts:

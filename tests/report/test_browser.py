@@ -46,7 +46,7 @@ def _screenshot(page: Path, shot: Path, profile: Path) -> None:
 
 
 def test_index_and_a_notebook_report_render_in_chromium(tiny_report, tmp_path):
-    from eagle3lab.report_plan import PLAN
+    from eagle3lab.report.plan import PLAN
 
     report, _, out = tiny_report
     shots = out / "screenshots"

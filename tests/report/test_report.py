@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_summary_bundle_round_trips_and_cleans_values():
     import numpy as np
 
-    from eagle3lab.report_summary import MIME, read_summary, summary_bundle
+    from eagle3lab.report.summary import MIME, read_summary, summary_bundle
 
     bundle = summary_bundle("05_acceptance", dict(
         tau=np.float64(2.25), acc=[0.5, np.float32(0.25)], speedup=float("nan"),
@@ -40,15 +40,15 @@ def test_summary_bundle_round_trips_and_cleans_values():
 # Parameters files
 # ---------------------------------------------------------------------------------------
 def _declared():
-    from eagle3lab.report import _declared_parameters
-    from eagle3lab.report_plan import PLAN
+    from eagle3lab.report.run import _declared_parameters
+    from eagle3lab.report.plan import PLAN
 
     return _declared_parameters(PLAN, REPO / "notebooks")
 
 
 def _parse(raw):
-    from eagle3lab.report_params import parse_params
-    from eagle3lab.report_plan import PLAN
+    from eagle3lab.report.params import parse_params
+    from eagle3lab.report.plan import PLAN
 
     return parse_params(raw, PLAN, _declared())
 
@@ -115,7 +115,7 @@ def test_papermill_help_notebook_lists_every_parameter(path):
 
 def test_only_accepts_unique_prefixes_and_adds_needed_stages():
     from eagle3lab.errors import UserError
-    from eagle3lab.report_plan import PLAN, selected_steps
+    from eagle3lab.report.plan import PLAN, selected_steps
 
     assert selected_steps(PLAN, ["03"]) == {"03_inspect_checkpoint", "convert", "train",
                                             "data", "target"}
@@ -152,12 +152,12 @@ def _notebook(path: Path, *cells: str) -> None:
 
 @pytest.mark.slow
 def test_a_failing_notebook_skips_only_its_dependents(tmp_path):
-    from eagle3lab.report import run_report
-    from eagle3lab.report_plan import Step
+    from eagle3lab.report.run import run_report
+    from eagle3lab.report.plan import Step
 
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
-    _notebook(nbs / "a_ok.ipynb", "from eagle3lab.report_summary import record_summary\n"
+    _notebook(nbs / "a_ok.ipynb", "from eagle3lab.report.summary import record_summary\n"
               "record_summary('a_ok', answer=n * 21, per_position=[0.5, 0.25])")
     _notebook(nbs / "b_raises.ipynb", "x = n + 1", "raise ValueError(f'planted failure {x}')",
               "print('never reached')")
@@ -194,8 +194,8 @@ def test_a_failing_notebook_skips_only_its_dependents(tmp_path):
 
 @pytest.mark.slow
 def test_a_cell_past_the_timeout_fails_its_notebook_only(tmp_path):
-    from eagle3lab.report import run_report
-    from eagle3lab.report_plan import Step
+    from eagle3lab.report.run import run_report
+    from eagle3lab.report.plan import Step
 
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
@@ -216,7 +216,7 @@ def test_a_cell_past_the_timeout_fails_its_notebook_only(tmp_path):
 @pytest.mark.real
 @pytest.mark.slow
 def test_report_end_to_end_on_a_tiny_target(tiny_report):
-    from eagle3lab.report_plan import PLAN
+    from eagle3lab.report.plan import PLAN
 
     report, _, out = tiny_report
     status = {e["name"]: e["status"] for e in report["steps"]}
@@ -248,7 +248,7 @@ def test_report_end_to_end_on_a_tiny_target(tiny_report):
 @pytest.mark.real
 @pytest.mark.slow
 def test_second_run_reuses_every_stage(tiny_report, tmp_path):
-    from eagle3lab.report import run_report
+    from eagle3lab.report.run import run_report
 
     first, params, _ = tiny_report
     work = Path(first["work_dir"])

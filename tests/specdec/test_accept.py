@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lab.accept import Arm, measure_acceptance, prompt_ids, summary_rows
+from eagle3lab.specdec.accept import Arm, measure_acceptance, prompt_ids, summary_rows
 from eagle3lab.errors import UserError
 from eagle3lab.formats.demo import make_speculators_draft
 
@@ -83,7 +83,7 @@ def test_notebook_05_runs_under_papermill(tmp_path, tiny_target_dir, tiny_draft)
 def test_threads_are_set_for_the_measurement_and_restored(tiny_target_dir, tiny_draft):
     import torch
 
-    from eagle3lab.accept import fastest_cpu_dtype, measure_acceptance
+    from eagle3lab.specdec.accept import fastest_cpu_dtype, measure_acceptance
 
     before = torch.get_num_threads()
     r = measure_acceptance(target=str(tiny_target_dir), draft=str(tiny_draft), limit=1,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lab.accept import Arm, default_drafter, measure_acceptance
+from eagle3lab.specdec.accept import Arm, default_drafter, measure_acceptance
 
 DRAFTER = Path(__file__).resolve().parents[2] / "data" / "drafters" / "smollm2-135m-instruct"
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from eagle3lab.errors import UserError
-from eagle3lab.prompts import chat_prompt_ids
+from eagle3lab.data.prompts import chat_prompt_ids
 from eagle3lab.formats.demo import make_speculators_draft
 from eagle3lab.specdec.engine import SpecEngine
 from eagle3lab.specdec.load import load_engine
@@ -21,7 +21,7 @@ SETTINGS = [(3, 1, None), (5, 1, None), (4, 3, 10)]  # (steps, topk, draft_token
 
 @pytest.fixture(scope="module")
 def real_target(default_target_dir):
-    from eagle3lab.target import load_target
+    from eagle3lab.target.adapter import load_target
 
     return load_target(str(default_target_dir), device="cpu")
 
@@ -95,7 +95,7 @@ def _tiny_vocab_target(vocab=12, seed=3):
     """A 12-token Llama in memory (no tokenizer: the test feeds token ids)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from eagle3lab.target import Target
+    from eagle3lab.target.adapter import Target
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,

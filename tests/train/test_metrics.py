@@ -1,4 +1,4 @@
-"""eagle3lab.metrics: the run's JSONL as a DataFrame, and the importers for the logs that
+"""eagle3lab.train.metrics: the run's JSONL as a DataFrame, and the importers for the logs that
 speculators and SpecForge write (TensorBoard event files, MLflow dirs, JSONL exports)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from eagle3lab.errors import UserError
-from eagle3lab.metrics import (combine, detect_trainer, load_metrics, read_metrics,
+from eagle3lab.train.metrics import (combine, detect_trainer, load_metrics, read_metrics,
                                read_tfevents, step_counts, summarize_counts)
 
 

@@ -43,7 +43,7 @@ def test_notebook_06_standalone_demo(tmp_path, sharp_target_dir):
                          "acceptance_prompts": 1, "acceptance_tokens": 8})
     assert "4 runs in" in text
     assert "At equal compute" in text and "seed-to-seed spread" in text
-    assert "On measured accept length: " in text  # eagle3lab.accept on each final drafter
+    assert "On measured accept length: " in text  # eagle3lab.specdec.accept on each final drafter
     # The shipped drafter (hidden 576) does not fit the tiny demo target: skipped, saying why.
     assert "Large-data arm skipped" in text and "[hidden-size]" in text
     assert images >= 3

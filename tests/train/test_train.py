@@ -69,7 +69,7 @@ def test_saved_drafter_reloads_into_speculators_with_identical_outputs(trained_r
     from safetensors.torch import load_file
     from speculators.models.eagle3 import Eagle3DraftModel
 
-    from eagle3lab.shards import ShardSet
+    from eagle3lab.data.shards import ShardSet
     from eagle3lab.train import PackedData, evaluate, load_drafter
 
     model = load_drafter(trained_run / "final")
@@ -126,7 +126,7 @@ def load_file_weights(d: Path):
 @pytest.fixture(scope="module")
 def other_aux_eval(tmp_path_factory, sharp_data, sharp_target_dir) -> str:
     """The held-out conversations extracted with other aux layers (capture points 1,4,6)."""
-    from eagle3lab.extract import extract
+    from eagle3lab.data.extract import extract
 
     out = tmp_path_factory.mktemp("other-aux") / "eval"
     conv = Path(sharp_data["eval"]).parent.parent / "eval.jsonl"
@@ -148,7 +148,7 @@ def test_eval_shards_with_other_aux_layers_are_refused(tmp_path, sharp_data, oth
 
 def test_eval_shards_of_another_hidden_size_are_refused(tmp_path, sharp_data,
                                                         default_target_dir):
-    from eagle3lab.extract import extract
+    from eagle3lab.data.extract import extract
     from eagle3lab.train import train
 
     from testutil import make_tiny_llama
@@ -165,7 +165,7 @@ def test_eval_shards_of_another_hidden_size_are_refused(tmp_path, sharp_data,
 
 def test_resume_onto_reextracted_shards_is_refused(tmp_path, sharp_data, other_aux_eval):
     from eagle3lab.train import train
-    from eagle3lab.vocab import build_shard_vocab
+    from eagle3lab.data.vocab import build_shard_vocab
 
     data = tmp_path / "shards"
     shutil.copytree(sharp_data["train"], data)
@@ -183,7 +183,7 @@ def test_resume_onto_reextracted_shards_is_refused(tmp_path, sharp_data, other_a
 
 def test_init_from_a_drafter_of_other_layers_is_refused(tmp_path, trained_run, other_aux_eval):
     from eagle3lab.train import train
-    from eagle3lab.vocab import build_shard_vocab
+    from eagle3lab.data.vocab import build_shard_vocab
 
     build_shard_vocab(data=other_aux_eval, draft_vocab_size=64)
     with pytest.raises(UserError) as e:
@@ -205,7 +205,7 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, sharp_da
     import torch
     from safetensors.torch import load_file, save_file
 
-    from eagle3lab.shards import ShardSet
+    from eagle3lab.data.shards import ShardSet
     from eagle3lab.train import PackedData, TrainingDiverged, train
 
     data = tmp_path / "shards"
@@ -274,7 +274,7 @@ def test_cli_train(tmp_path, sharp_data, capsys):
 def test_real_default_target_run(tmp_path, default_target_dir):
     """A small real run on SmolLM2-135M shards: the drafter is built from the real 30-layer
     config (aux capture points [2, 15, 27], SGLang ids [1, 14, 26]) and its loss falls."""
-    from eagle3lab.study import demo_data
+    from eagle3lab.study.sweep import demo_data
     from eagle3lab.train import train
 
     d = demo_data(tmp_path / "data", target=str(default_target_dir), n_train=8, n_eval=3,

@@ -24,7 +24,7 @@ def test_train_lm_head_trains_the_head_only_when_asked(tmp_path, sharp_data,
                                                        sharp_target_dir):
     import torch
 
-    from eagle3lab.shards import ShardSet
+    from eagle3lab.data.shards import ShardSet
     from eagle3lab.train import build_drafter, train
 
     shards = ShardSet(sharp_data["train"])

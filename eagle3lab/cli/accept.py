@@ -1,0 +1,84 @@
+"""`eagle3lab accept`: offline acceptance and speedup of a drafter against the target."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from eagle3lab.config import DEFAULT_TARGET
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "accept", help="measure a drafter's acceptance and speedup offline (CPU or GPU)",
+        description="Decode prompts with the target alone and with the target verifying the "
+        "drafter (speculative decoding, same prompts, same run), and report the accept length "
+        "tau (INCLUDING the bonus token; floor 1.0), per-position acceptance (cumulative: "
+        "positions 1..k all accepted; conditional: k given k-1), SGLang's accept histogram "
+        "(H[n] = verify steps that accepted exactly n drafts), plain vs speculative tokens/s, "
+        "the measured speedup and the one predicted from tau and the measured step costs. "
+        "At temperature 0 the speculative output must equal the plain one ('same as plain'). "
+        "A drafter that does not fit the target is refused with the doctor's finding codes.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--target", default=DEFAULT_TARGET, help="preset, HF directory or hub id")
+    p.add_argument("--draft", required=True, help="drafter checkpoint (speculators or SGLang "
+                   "format)")
+    p.add_argument("--prompts", default="eval", help="'eval', 'train' or a prompts JSONL file")
+    p.add_argument("--limit", type=int, default=24, help="number of prompts")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per answer")
+    p.add_argument("--steps", type=int, default=3, help="draft steps S "
+                   "(--speculative-num-steps)")
+    p.add_argument("--topk", type=int, default=1, help="branching K (--speculative-eagle-topk)"
+                   "; 1 = chain")
+    p.add_argument("--draft-tokens", type=int, default=None, help="tokens verified per step, "
+                   "root included (--speculative-num-draft-tokens); forced to S+1 for chains")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy verification; "
+                   ">0 = rejection sampling (chains)")
+    p.add_argument("--features", choices=["fused", "last_layer"], default="fused",
+                   help="what the drafter is fed: the fused aux states (correct) or the "
+                   "target's last hidden state (a server that captures no aux states)")
+    p.add_argument("--load-as", default=None, help="load the drafter as this engine would "
+                   "(sglang, sglang-0.5.23, vllm, speculators); default: as trained")
+    p.add_argument("--compare-failures", action="store_true", help="also measure the "
+                   "last_layer arm and an SGLang-config/speculators-keys copy loaded as sglang")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda")
+    p.add_argument("--dtype", default="float32", help="float32 (exact on CPU) or bfloat16 "
+                   "(GPUs; also the fastest on CPUs with native bf16, with --threads 1)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import tempfile
+
+    from eagle3lab.specdec.accept import Arm, measure_acceptance, summary_rows
+
+    arms = [Arm("draft", args.draft, args.features, args.load_as)]
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.compare_failures:
+            from eagle3lab.specdec.failures import sglang_config_speculators_keys
+            from eagle3lab.target.adapter import resolve_target_path
+
+            bad = sglang_config_speculators_keys(args.draft, f"{tmp}/keys-mismatch",
+                                                 target=resolve_target_path(args.target))
+            arms += [Arm("last_layer features", args.draft, "last_layer"),
+                     Arm("sglang config + layers.0 keys", str(bad), "fused", "sglang")]
+        r = measure_acceptance(target=args.target, arms=arms, prompts=args.prompts,
+                               limit=args.limit, max_new_tokens=args.max_new_tokens,
+                               steps=args.steps, topk=args.topk,
+                               draft_tokens=args.draft_tokens, temperature=args.temperature,
+                               seed=args.seed, device=args.device, dtype=args.dtype,
+                               threads=args.threads, progress=not args.json)
+    if args.json:
+        print(json.dumps(r, indent=2, default=str))
+        return 0
+    import pandas as pd
+
+    print(f"{r['requests']} prompts, {r['settings']}; tau includes the bonus token; acc@k = "
+          f"P(draft positions 1..k all accepted)")
+    print(pd.DataFrame(summary_rows(r)).to_string(index=False))
+    for a in r["arms"]:
+        print(f"{a['name']}: accept histogram {a['stats']['accept_histogram']}")
+    return 0

@@ -1,0 +1,31 @@
+"""`eagle3lab demo`: the whole pipeline on the default target as a batch report (what
+`make demo` runs): `eagle3lab report --params params/cpu-demo.yaml`."""
+
+from __future__ import annotations
+
+from eagle3lab.config import repo_root
+
+
+def add_parser(sub) -> None:
+    from eagle3lab.cli.report import add_report_options
+
+    default = repo_root() / "params" / "cpu-demo.yaml"
+    p = sub.add_parser(
+        "demo", help="run the whole pipeline on the default target and write a report "
+        "(what `make demo` runs)",
+        description="The batch report with the CPU demo parameters: prepare the default "
+        "target, regenerate train and eval responses, extract shards and the vocab map, "
+        "train a drafter, convert and inspect it, measure offline acceptance, benchmark the "
+        "reference server with and without speculation, and render every notebook into "
+        "reports/<timestamp>/ with an index.html. Stages live in data/runs/default and are "
+        "reused when complete, so a second run only re-executes the notebooks. "
+        "`--only target,data` runs just the data stages.",
+    )
+    add_report_options(p, params_default=str(default))
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from eagle3lab.cli.report import run_with
+
+    return run_with(args)

@@ -1,0 +1,52 @@
+"""`eagle3lab inspect`: the checkpoint doctor, from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from eagle3lab.config import DEFAULT_TARGET
+
+
+def add_parser(sub) -> None:
+    from eagle3lab.formats.profiles import ENGINES
+
+    p = sub.add_parser(
+        "inspect", help="check a drafter checkpoint for train/serve mismatches (no GPU)",
+        description="Read a drafter checkpoint (config.json + *.safetensors, an index, or a "
+        "pytorch_model.bin opened with weights_only=True) and report every mismatch between "
+        "what was trained and what ENGINE would serve: dropped or missing keys, shapes, fc "
+        "width, hidden sizes, the d2t/t2d vocab map, aux layer ids and their convention, "
+        "architecture, NaN/Inf, norms the engine ignores, dtypes. Exit status: 0 no error, "
+        "1 at least one error, 2 CKPT missing.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("ckpt", metavar="CKPT", help="drafter checkpoint directory")
+    p.add_argument("--target", default=None,
+                   help=f"the target: a directory with its config.json (weights not needed) or "
+                   f"a preset name such as {DEFAULT_TARGET!r}; without it, checks that need "
+                   f"the target (hidden size, aux-layer range, vocabulary) are skipped")
+    p.add_argument("--engine", choices=ENGINES, default=None,
+                   help="the engine that will load the checkpoint: sglang = portable across "
+                   "SGLang releases, sglang-0.5.23 = exactly that release, vllm, speculators "
+                   "(its from_pretrained); default: sglang for the eagle3 format, vllm for "
+                   "the speculators format")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (format, engine, ok, findings, tensors, ...)")
+    p.add_argument("--tensors", action="store_true", help="also list every tensor (table mode)")
+    p.add_argument("--no-values", action="store_true",
+                   help="read headers only: skip the NaN/Inf scan and the vocab-map checks")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from eagle3lab.formats.inspect import inspect_checkpoint
+
+    if not Path(args.ckpt).is_dir():
+        print(f"eagle3lab inspect: error: checkpoint {args.ckpt!r} does not exist or is not a "
+              f"directory.", file=sys.stderr)
+        return 2
+    report = inspect_checkpoint(args.ckpt, target=args.target, engine=args.engine,
+                                check_values=not args.no_values)
+    print(report.to_json() if args.json else report.table(show_tensors=args.tensors))
+    return 0 if report.ok else 1

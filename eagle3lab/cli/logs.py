@@ -1,0 +1,68 @@
+"""`eagle3lab logs`: read a saved or growing SGLang log and say where the server stands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "logs", help="analyse an SGLang server log: phase, verdict, warnings, accept length",
+        description="Parse an SGLang (or reference server) log: start-up phases, a verdict "
+        "(starting, ready, hung = not ready and no line for --silence-s, crashed = a "
+        "traceback or a dead scheduler), known warnings explained, the Decode batch lines "
+        "(accept len, accept rate, gen throughput) and findings such as "
+        "acceptance-collapse (speculation on, accept len ~1.0). Exit status: 0 ready or "
+        "starting, 1 crashed, hung or an error finding, 2 LOGFILE missing.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("logfile", metavar="LOGFILE", help="the server's log file")
+    p.add_argument("--now", default=None,
+                   help="the time to judge silence against, ISO 8601 (SGLang logs local "
+                   "time); default: now")
+    p.add_argument("--silence-s", type=float, default=120.0,
+                   help="seconds without a log line before a start that is not ready is hung")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import sys
+
+    from eagle3lab.server.logs import analyse_log, parse_now
+
+    path = Path(args.logfile)
+    if not path.is_file():
+        print(f"eagle3lab logs: error: {path} does not exist or is not a file.",
+              file=sys.stderr)
+        return 2
+    report = analyse_log(path, now=parse_now(args.now), silence_s=args.silence_s)
+    bad = report["verdict"] in ("crashed", "hung") or any(
+        f["severity"] == "error" for f in report["findings"])
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 1 if bad else 0
+    print(f"{path}: {report['verdict']} (phase {report['phase'] or '-'}, last line "
+          f"{report['last_line_time'] or '-'}, {report['lines']} lines)")
+    for p in report["phases"]:
+        print(f"  {p['time'] or '-':<19}  {p['phase']:<20} line {p['line']}")
+    if report["warnings"]:
+        print("warnings:")
+        for w in report["warnings"]:
+            print(f"  [{w['severity']}] x{w['count']} {w['match'][:100]}\n      -> "
+                  f"{w['explanation']}")
+    dec = report["decode"]
+    if dec:
+        acc = [d["accept_len"] for d in dec if d["accept_len"] is not None]
+        tput = [d["gen_throughput"] for d in dec if d["gen_throughput"] is not None]
+        line = f"decode: {len(dec)} Decode batch lines"
+        if acc:
+            line += f", accept len mean {sum(acc) / len(acc):.2f} (min {min(acc):.2f}, " \
+                    f"max {max(acc):.2f})"
+        if tput:
+            line += f", gen throughput mean {sum(tput) / len(tput):.1f} token/s"
+        print(line)
+    for f in report["findings"]:
+        print(f"{f['severity'].upper()} {f['code']}: {f['message']}")
+    return 1 if bad else 0

@@ -1,0 +1,50 @@
+"""`eagle3lab regenerate`: the target answers the prompts (resumable JSONL)."""
+
+from __future__ import annotations
+
+import argparse
+
+from eagle3lab.config import DEFAULT_TARGET
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "regenerate", help="have the target answer prompts (training responses, resumable)",
+        description="The target answers each prompt with its own chat template, batched, "
+        "greedy (temperature 0) or sampled with a seed. Writes one JSONL record per prompt "
+        "(prompt, response, token ids, assistant-only loss mask) to --out, plus "
+        "OUT.meta.json with the parameters. Re-running continues where it stopped and never "
+        "answers a prompt twice.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--target", default=DEFAULT_TARGET,
+                   help="preset name, Hugging Face model directory, or hub id")
+    p.add_argument("--prompts", default="train",
+                   help="'train' or 'eval' (shipped sets) or a JSONL file of {\"prompt\": ...}")
+    p.add_argument("--out", required=True, help="output JSONL file (appended to on resume)")
+    p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="answer length cap")
+    p.add_argument("--batch-size", type=int, default=16, help="prompts generated together")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (temperature > 0)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (per batch: seed + index)")
+    p.add_argument("--samples", type=int, default=1, help="sampled answers per prompt "
+                   "(ids PROMPT#k; needs --temperature > 0)")
+    p.add_argument("--system-prompt", default=None, help="system message (default: template's)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    p.add_argument("--dtype", default="float32", help="model dtype (bfloat16 on GPUs)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from eagle3lab.data.regenerate import regenerate
+
+    s = regenerate(target=args.target, prompts=args.prompts, out=args.out, limit=args.limit,
+                   max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                   temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+                   system_prompt=args.system_prompt, samples=args.samples,
+                   device=args.device, dtype=args.dtype,
+                   progress=not args.no_progress)
+    print(f"{s['out']}: {s['records']} records ({s['new_records']} new, {s['new_tokens']} new "
+          f"tokens, {s['tokens_per_s'] or 0:.1f} tok/s)")
+    return 0

@@ -1,0 +1,49 @@
+"""`eagle3lab serve`: the reference server (the offline engine over SGLang's native HTTP
+API, with SGLang-format logs), for running the live-server tooling without a GPU."""
+
+from __future__ import annotations
+
+import argparse
+
+from eagle3lab.config import DEFAULT_TARGET
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "serve", help="serve the offline engine over SGLang's native HTTP API (CPU; reference)",
+        description="Serve a target (and, with --draft, the speculative engine) over the "
+        "subset of SGLang's native API the benchmark client uses: /health, /generate (same "
+        "request fields; meta_info with completion_tokens, spec_verify_ct, "
+        "spec_accept_length, spec_accept_histogram) and /get_server_info "
+        "(avg_spec_accept_length). Logs SGLang-format start-up and `Decode batch` lines to "
+        "stdout. One request at a time: a reference for tests and notebooks, NOT a "
+        "production server. SIGUSR1 dumps every thread's stack to the log.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--target", default=DEFAULT_TARGET,
+                   help="target model directory or preset name")
+    p.add_argument("--draft", default=None,
+                   help="EAGLE-3 draft checkpoint; without it, plain decoding")
+    p.add_argument("--steps", type=int, default=3, help="draft steps per verify")
+    p.add_argument("--topk", type=int, default=1, help="draft top-k (1 = chain)")
+    p.add_argument("--draft-tokens", type=int, default=None,
+                   help="tokens verified per step (default steps + 1 for a chain)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind; anything but loopback is reachable from outside")
+    p.add_argument("--port", type=int, default=30000, help="port to listen on")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from eagle3lab.server.launch import exposure_note
+    from eagle3lab.server.reference import serve
+
+    note = exposure_note(args.host)
+    if note:
+        print(f"eagle3lab serve: {note}", flush=True)
+    draft_tokens = args.draft_tokens
+    if args.draft and draft_tokens is None and args.topk == 1:
+        draft_tokens = args.steps + 1
+    return serve(target=args.target, draft=args.draft, steps=args.steps, topk=args.topk,
+                 draft_tokens=draft_tokens, host=args.host, port=args.port,
+                 device=args.device)

@@ -1,1 +1,0 @@
-"""CLI subcommands: argument parsing only; each calls a library function."""

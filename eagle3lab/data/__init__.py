@@ -1,0 +1,6 @@
+"""Training data, stage by stage: prompts, self-written prompts, regenerated conversations,
+extracted hidden-state shards and the draft vocabulary map.
+
+Prevents training on the wrong thing: text the target never writes, tokens outside the
+assistant's turns, half-written shards, or shards made from another target or aux layers.
+"""

@@ -1,0 +1,225 @@
+"""Extract EAGLE-3 training shards: the target's aux hidden states for each conversation.
+
+Prevents wasted GPU hours and silently wrong features: it prints the bytes the shards
+will take and refuses to start when the disk cannot hold them; it records the target,
+aux capture points and their convention in the manifest; it writes each shard under a
+temporary name and lists it in the manifest only once complete, so an interrupted run
+resumes after the last complete shard and produces byte-for-byte the same shards as an
+uninterrupted one (same samples per shard, same batches, deterministic forward).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from eagle3lab import __version__
+from eagle3lab.config import DEFAULT_TARGET
+from eagle3lab.errors import UserError
+from eagle3lab.fsutil import check_writable_dir, sha256_file
+from eagle3lab.data.prompts import read_conversations
+from eagle3lab.data.shards import (FORMAT, FORMAT_VERSION, MANIFEST, read_manifest, shard_name,
+                     write_manifest, write_shard)
+
+#: Manifest fields that must match for a run to resume into an existing shard set.
+_RESUME_KEYS = ("target.config_sha256", "aux_layers.capture_points", "dtype",
+                "conversations.sha256", "params.samples_per_shard", "params.max_seq_len",
+                "params.max_tokens_per_batch")
+
+
+def bytes_per_token(hidden_size: int, num_aux: int, dtype) -> int:
+    """On-disk bytes per token: aux states + last hidden state + ids (int32) + mask (uint8)."""
+    import torch
+
+    elem = torch.empty((), dtype=dtype).element_size()
+    return (num_aux + 1) * hidden_size * elem + 4 + 1
+
+
+def _get(d: dict, dotted: str):
+    for part in dotted.split("."):
+        d = d.get(part, {}) if isinstance(d, dict) else {}
+    return d
+
+
+def _batches(lengths: list[int], max_tokens: int) -> list[tuple[int, int]]:
+    """Consecutive [a, b) groups whose padded size (count x longest) fits max_tokens."""
+    out, a = [], 0
+    while a < len(lengths):
+        b, longest = a, 0
+        while b < len(lengths):
+            longest2 = max(longest, lengths[b])
+            if b > a and longest2 * (b - a + 1) > max_tokens:
+                break
+            longest, b = longest2, b + 1
+        out.append((a, b))
+        a = b
+    return out
+
+
+def _compute_chunk(tgt, aux, chunk, chunk_lens, first_index, max_tokens_per_batch,
+                   store_dtype, bar) -> list[dict[str, Any]]:
+    """Run the target over one shard's conversations (padded batches by token budget)."""
+    import torch
+
+    samples: list[dict[str, Any]] = []
+    for a, b in _batches(chunk_lens, max_tokens_per_batch):
+        width = max(chunk_lens[a:b])
+        ids = torch.zeros((b - a, width), dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for r in range(b - a):
+            n = chunk_lens[a + r]
+            ids[r, :n] = torch.tensor(chunk[a + r]["input_ids"][:n])
+            attn[r, :n] = 1
+        fused, last = tgt.features(ids.to(tgt.device), attn.to(tgt.device), aux)
+        # cast on the device, then one transfer per batch (not one per sample)
+        fused, last = fused.to(store_dtype).cpu(), last.to(store_dtype).cpu()
+        for r in range(b - a):
+            n = chunk_lens[a + r]
+            samples.append({
+                "input_ids": ids[r, :n],
+                "loss_mask": torch.tensor(chunk[a + r]["loss_mask"][:n], dtype=torch.uint8),
+                "hidden_states": fused[r, :n],
+                "verifier_last_hidden_states": last[r, :n],
+                "sample_index": first_index + a + r,
+            })
+        bar.update(sum(chunk_lens[a:b]))
+    return samples
+
+
+def extract(
+    *, conversations: str | os.PathLike, out: str | os.PathLike, target: Any = DEFAULT_TARGET,
+    aux_ids: list[int] | None = None, aux_convention: str = "sglang", dtype: str = "bfloat16",
+    model_dtype: str = "float32", device: str = "auto", samples_per_shard: int = 64,
+    max_tokens_per_batch: int = 4096, max_seq_len: int = 2048, limit: int | None = None,
+    force: bool = False, progress: bool = True, stop_after_shards: int | None = None,
+) -> dict[str, Any]:
+    """Run the target over each conversation and write shards + manifest.json to `out`.
+
+    target: preset name, HF dir / hub id, or a loaded `Target`. dtype: storage dtype of
+    the hidden states. force: skip the free-space check. stop_after_shards: write at most
+    this many new shards, then return (used to test resumption).
+    """
+    from tqdm.auto import tqdm
+
+    from eagle3lab.target.adapter import Target, load_target, resolve_dtype
+
+    store_dtype = resolve_dtype(dtype)
+    out = check_writable_dir(out, "shard output directory")
+    convs_path = Path(conversations)
+    convs = read_conversations(convs_path)
+    if limit is not None:
+        convs = convs[:limit]
+    tgt = target if isinstance(target, Target) else load_target(
+        target, device=device, dtype=model_dtype)
+    aux = tgt.aux_layers(aux_ids, aux_convention)
+    for i, c in enumerate(convs):
+        bad = [t for t in c["input_ids"] if not 0 <= t < tgt.vocab_size]
+        if bad:
+            raise UserError(f"{convs_path}, record {i + 1} (id {c.get('id')!r}): token id "
+                            f"{bad[0]} is outside the target's vocab (0..{tgt.vocab_size - 1}); "
+                            f"these conversations were made with another tokenizer.")
+
+    manifest = {
+        "format": FORMAT, "version": FORMAT_VERSION, "eagle3lab": __version__,
+        "target": tgt.describe(), "aux_layers": aux.to_dict(),
+        "dtype": str(store_dtype).replace("torch.", ""),
+        "tensors": {"hidden_states": f"[T, {len(aux.capture_points)}*{tgt.hidden_size}] aux "
+                    f"states (inputs of layers {list(aux.capture_points)}) concatenated",
+                    "verifier_last_hidden_states": f"[T, {tgt.hidden_size}] input of the "
+                    f"final norm", "input_ids": "int32 [T]", "loss_mask": "uint8 [T]",
+                    "offsets": "int64 [n+1]", "sample_index": "int64 [n]"},
+        "conversations": {"path": str(convs_path.resolve()), "sha256": sha256_file(convs_path),
+                          "records_used": len(convs)},
+        "params": {"samples_per_shard": samples_per_shard, "max_seq_len": max_seq_len,
+                   "max_tokens_per_batch": max_tokens_per_batch, "limit": limit,
+                   "model_dtype": model_dtype},
+        "shards": [],
+    }
+    if (out / MANIFEST).exists():
+        old = read_manifest(out)
+        diff = [k for k in _RESUME_KEYS if _get(old, k) != _get(manifest, k)]
+        if diff:
+            raise UserError(
+                f"{out} already holds shards made differently ("
+                + "; ".join(f"{k}: existing {_get(old, k)!r}, now {_get(manifest, k)!r}"
+                            for k in diff)
+                + "). Use a new output directory, or delete this one to start over.")
+        manifest["shards"] = old["shards"]
+        if old.get("vocab_map"):
+            manifest["vocab_map"] = old["vocab_map"]
+    for stray in out.glob(".shard-*.tmp"):  # temp files of a killed run: never complete
+        stray.unlink()
+    done = sum(s["samples"] for s in manifest["shards"])
+    todo = convs[done:]
+    lengths = [min(len(c["input_ids"]), max_seq_len) for c in todo]
+    truncated = sum(1 for c in todo if len(c["input_ids"]) > max_seq_len)
+
+    bpt = bytes_per_token(tgt.hidden_size, len(aux.capture_points), store_dtype)
+    need = bpt * sum(lengths)
+    free = shutil.disk_usage(out).free
+    print(f"extract: {len(todo)} conversation(s) to go ({done} already in complete shards), "
+          f"{sum(lengths):,} tokens x {bpt:,} bytes/token = {need / 1e6:,.1f} MB on disk "
+          f"(free: {free / 1e9:,.1f} GB); aux capture points {list(aux.capture_points)} "
+          f"({aux.convention} convention), stored as {manifest['dtype']}.")
+    if need > free and not force:
+        raise UserError(
+            f"Not enough free space in {out}: the shards need about {need / 1e9:.2f} GB "
+            f"({bpt} bytes/token x {sum(lengths):,} tokens) but only {free / 1e9:.2f} GB is "
+            f"free. Free some space, use --limit, a smaller --dtype, or --force to start anyway.")
+    if truncated:
+        print(f"warning: {truncated} conversation(s) longer than max_seq_len={max_seq_len} "
+              f"tokens are truncated to it.")
+    write_manifest(out, manifest)
+
+    t0 = time.time()
+    tokens_done, new_shards = 0, 0
+    next_index = len(manifest["shards"])
+    bar = tqdm(total=sum(lengths), desc="extract", unit="tok", disable=not progress)
+
+    def finish(future) -> None:
+        """List a shard in the manifest once its (background) write has completed."""
+        nonlocal tokens_done
+        entry = future.result()
+        manifest["shards"].append(entry)
+        write_manifest(out, manifest)
+        tokens_done += entry["tokens"]
+        bar.set_postfix(tok_s=f"{tokens_done / max(time.time() - t0, 1e-9):,.0f}")
+
+    # One background writer: shard k is written and hashed while the target computes shard
+    # k+1 (at most one write in flight; shards are listed in order, each once complete).
+    pending = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as pool:
+        try:
+            for s0 in range(0, len(todo), samples_per_shard):
+                if stop_after_shards is not None and new_shards >= stop_after_shards:
+                    break
+                samples = _compute_chunk(tgt, aux, todo[s0:s0 + samples_per_shard],
+                                         lengths[s0:s0 + samples_per_shard], done + s0,
+                                         max_tokens_per_batch, store_dtype, bar)
+                if pending is not None:
+                    previous, pending = pending, None
+                    finish(previous)
+                pending = pool.submit(write_shard, out / shard_name(next_index), samples,
+                                      store_dtype)
+                next_index += 1
+                new_shards += 1
+        finally:
+            # Interrupted or not, let the write in flight end: a complete shard is listed,
+            # a failed one is not (its temp file is removed by atomic_path).
+            if pending is not None:
+                finish(pending)
+    bar.close()
+    elapsed = time.time() - t0
+    total = manifest["totals"]
+    complete = total["samples"] == len(convs)
+    return {"out": str(out), "complete": complete, "shards": len(manifest["shards"]),
+            "new_shards": new_shards, "samples": total["samples"], "tokens": total["tokens"],
+            "new_tokens": tokens_done, "seconds": elapsed,
+            "tokens_per_s": tokens_done / elapsed if elapsed > 0 and tokens_done else None,
+            "bytes": total["bytes"],
+            "bytes_per_token": total["bytes"] / total["tokens"] if total["tokens"] else None}
+

@@ -1,0 +1,236 @@
+"""Shard + manifest format for extracted training data: written atomically, read lazily,
+verified against the checksums and the target they were made from.
+
+Prevents two silent failures: training on a half-written shard after a crash (a shard
+enters the manifest only after it is completely written and renamed into place), and
+training on features from a different target or different aux layers (the manifest
+records the target's config hash, hidden size, aux capture points and their convention,
+and `check_against` refuses a mismatch naming both values).
+
+Layout of a shard set directory:
+  manifest.json              what made the set, and one entry per COMPLETE shard
+  shard-00000.safetensors    packed samples (tensor names as speculators' dataset uses):
+      input_ids                   int32 [T]
+      loss_mask                   uint8 [T]        1 = assistant token (trained on)
+      hidden_states               DTYPE [T, A*H]   aux states concatenated low..high
+      verifier_last_hidden_states DTYPE [T, H]     input of the target's final norm
+      offsets                     int64 [n+1]      sample i is rows offsets[i]:offsets[i+1]
+      sample_index                int64 [n]        line index in the conversations file
+  vocab_map.safetensors      (optional) d2t int64 [N] offsets, t2d bool [V]
+`ShardSet[i]` returns speculators' sample dict (hidden_states, input_ids,
+verifier_last_hidden_states, loss_mask), so its CollateFn batches our samples directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from eagle3lab.errors import UserError
+from eagle3lab.fsutil import atomic_path, atomic_write_json, sha256_file
+
+FORMAT = "eagle3lab-shards"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+VOCAB_MAP = "vocab_map.safetensors"
+TENSORS = ("input_ids", "loss_mask", "hidden_states", "verifier_last_hidden_states",
+           "offsets", "sample_index")
+
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:05d}.safetensors"
+
+
+def write_shard(path: Path, samples: list[dict[str, Any]], dtype) -> dict[str, Any]:
+    """Pack samples (each: input_ids, loss_mask, hidden_states, last, sample_index) into one
+    safetensors file, atomically. Returns the manifest entry (without timing)."""
+    import torch
+    from safetensors.torch import save_file
+
+    lengths = [int(s["input_ids"].shape[0]) for s in samples]
+    offsets = torch.zeros(len(samples) + 1, dtype=torch.int64)
+    offsets[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int64), 0)
+    tensors = {
+        "input_ids": torch.cat([s["input_ids"].to(torch.int32) for s in samples]),
+        "loss_mask": torch.cat([s["loss_mask"].to(torch.uint8) for s in samples]),
+        "hidden_states": torch.cat([s["hidden_states"].to(dtype) for s in samples]).contiguous(),
+        "verifier_last_hidden_states": torch.cat(
+            [s["verifier_last_hidden_states"].to(dtype) for s in samples]).contiguous(),
+        "offsets": offsets,
+        "sample_index": torch.tensor([int(s["sample_index"]) for s in samples], dtype=torch.int64),
+    }
+    with atomic_path(path) as tmp:
+        # One metadata key only: safetensors writes a multi-key dict in hash order, which
+        # would make identical shards differ byte for byte.
+        save_file(tensors, str(tmp), metadata={"format": f"{FORMAT}/{FORMAT_VERSION}"})
+    return {
+        "file": path.name,
+        "samples": len(samples),
+        "tokens": int(offsets[-1]),
+        "loss_tokens": int(tensors["loss_mask"].sum()),
+        "sample_range": [int(tensors["sample_index"][0]), int(tensors["sample_index"][-1]) + 1],
+        "bytes": path.stat().st_size,
+        "sha256": sha256_file(path),
+    }
+
+
+def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    path = Path(path)
+    mpath = path / MANIFEST if path.is_dir() else path
+    if not mpath.exists():
+        raise UserError(
+            f"{mpath} does not exist: {path} is not a shard set made by `eagle3lab extract` "
+            f"(or its extraction never wrote a shard).")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{mpath} is not valid JSON (line {e.lineno}: {e.msg}).") from None
+    if manifest.get("format") != FORMAT:
+        raise UserError(f"{mpath}: field 'format' is {manifest.get('format')!r}, expected "
+                        f"{FORMAT!r}; this is not an eagle3lab shard manifest.")
+    if manifest.get("version") != FORMAT_VERSION:
+        raise UserError(f"{mpath}: format version {manifest.get('version')} is not supported "
+                        f"(this eagle3lab reads version {FORMAT_VERSION}); re-extract.")
+    return manifest
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
+    totals = {"samples": 0, "tokens": 0, "loss_tokens": 0, "bytes": 0}
+    for s in manifest["shards"]:
+        for k in totals:
+            totals[k] += s[k]
+    manifest["totals"] = totals
+    atomic_write_json(directory / MANIFEST, manifest)
+
+
+class ShardSet:
+    """Read access to a shard set: lazy per-sample slices, checks, the vocab map."""
+
+    def __init__(self, path: str | os.PathLike, *, verify: bool = False):
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise UserError(f"Shard directory {str(self.path)!r} does not exist.")
+        self.manifest = read_manifest(self.path)
+        self.shards = self.manifest["shards"]
+        self._starts: list[int] = []
+        n = 0
+        for s in self.shards:
+            self._starts.append(n)
+            n += s["samples"]
+        self.num_samples = n
+        self._handles: dict[int, Any] = {}
+        if verify:
+            self.verify()
+
+    # --- facts recorded by extraction -------------------------------------------------
+    @property
+    def hidden_size(self) -> int:
+        return int(self.manifest["target"]["hidden_size"])
+
+    @property
+    def aux(self):
+        from eagle3lab.target.adapter import AuxLayers
+
+        return AuxLayers.from_dict(self.manifest["aux_layers"])
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s["tokens"] for s in self.shards)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    # --- checks --------------------------------------------------------------------------
+    def verify(self) -> None:
+        """Check every listed shard exists and matches its recorded sha256."""
+        for s in self.shards:
+            p = self.path / s["file"]
+            if not p.exists():
+                raise UserError(f"Shard {p} is listed in {self.path / MANIFEST} but missing.")
+            got = sha256_file(p)
+            if got != s["sha256"]:
+                raise UserError(
+                    f"Shard {p} is corrupt: sha256 {got[:12]}... but the manifest recorded "
+                    f"{s['sha256'][:12]}.... Delete it and its manifest entry, then re-run "
+                    f"extraction to rebuild it.")
+
+    def check_against(self, *, hidden_size: int | None = None, aux=None,
+                      vocab_size: int | None = None, config_sha256: str | None = None,
+                      what: str = "the target") -> None:
+        """Refuse a mismatch between these shards and a target/drafter, naming both values."""
+        t = self.manifest["target"]
+        problems = []
+        if hidden_size is not None and hidden_size != t["hidden_size"]:
+            problems.append(f"hidden size: shards {t['hidden_size']}, {what} {hidden_size}")
+        if vocab_size is not None and vocab_size != t["vocab_size"]:
+            problems.append(f"vocab size: shards {t['vocab_size']}, {what} {vocab_size}")
+        if aux is not None and list(aux.capture_points) != list(self.aux.capture_points):
+            problems.append(
+                f"aux capture points (inputs of layers): shards {list(self.aux.capture_points)}"
+                f" ({self.aux.convention}), {what} {list(aux.capture_points)} ({aux.convention})")
+        if config_sha256 is not None and config_sha256 != t["config_sha256"]:
+            problems.append(f"target config sha256: shards {t['config_sha256'][:12]}..., "
+                            f"{what} {config_sha256[:12]}...")
+        if problems:
+            raise UserError(
+                f"The shards in {self.path} do not match {what}: " + "; ".join(problems)
+                + f". They were extracted from {t['name']} ({t['path']}); re-extract with the "
+                f"right target and aux layers, or point at matching shards.")
+
+    # --- samples -------------------------------------------------------------------------
+    def _handle(self, k: int):
+        from safetensors import safe_open
+
+        if k not in self._handles:
+            self._handles[k] = safe_open(str(self.path / self.shards[k]["file"]), framework="pt")
+        return self._handles[k]
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        import bisect
+
+        if not 0 <= i < self.num_samples:
+            raise IndexError(i)
+        k = bisect.bisect_right(self._starts, i) - 1
+        return k, i - self._starts[k]
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        import torch
+
+        k, j = self._locate(i)
+        h = self._handle(k)
+        offsets = h.get_tensor("offsets")
+        a, b = int(offsets[j]), int(offsets[j + 1])
+        return {
+            "hidden_states": h.get_slice("hidden_states")[a:b],
+            "input_ids": h.get_slice("input_ids")[a:b].to(torch.long),
+            "verifier_last_hidden_states": h.get_slice("verifier_last_hidden_states")[a:b],
+            "loss_mask": h.get_slice("loss_mask")[a:b].to(torch.bool),
+        }
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for i in range(self.num_samples):
+            yield self[i]
+
+    def lengths(self) -> list[int]:
+        out: list[int] = []
+        for k in range(len(self.shards)):
+            off = self._handle(k).get_tensor("offsets")
+            out.extend((off[1:] - off[:-1]).tolist())
+        return out
+
+    def vocab_map(self):
+        """(d2t, t2d) from vocab_map.safetensors, after checking its recorded hash."""
+        from safetensors.torch import load_file
+
+        info = self.manifest.get("vocab_map")
+        if not info:
+            raise UserError(f"{self.path} has no vocab map; build one with `eagle3lab vocab "
+                            f"--data {self.path}`.")
+        p = self.path / info["file"]
+        if sha256_file(p) != info["sha256"]:
+            raise UserError(f"{p} does not match the sha256 recorded in the manifest; rebuild "
+                            f"it with `eagle3lab vocab --data {self.path}`.")
+        t = load_file(str(p))
+        return t["d2t"], t["t2d"]

@@ -1,0 +1,110 @@
+"""The draft vocabulary map (d2t offsets, t2d mask), built from what the target really says.
+
+Prevents two silent failures (REFERENCE.md "Draft vocabulary"): storing d2t as absolute
+ids instead of OFFSETS (SGLang computes hot ids as d2t + arange, so absolute ids point at
+the wrong tokens and nothing errors), and a t2d mask that disagrees with d2t. The map is
+built from loss-masked token frequencies (the tokens the drafter must predict), sorted by
+target id so that d2t + arange is strictly increasing, checked, and saved with its sha256
+recorded in the shard manifest so that the drafter and the shards can be matched later.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from eagle3lab.errors import UserError
+from eagle3lab.fsutil import atomic_path, sha256_file
+from eagle3lab.data.shards import VOCAB_MAP, ShardSet, read_manifest, write_manifest
+
+
+def token_counts(shards: ShardSet):
+    """Counts of loss-masked target tokens over a shard set (int64 [vocab])."""
+    import torch
+
+    counts = torch.zeros(int(shards.manifest["target"]["vocab_size"]), dtype=torch.int64)
+    for k in range(len(shards.shards)):
+        h = shards._handle(k)
+        ids = h.get_tensor("input_ids").to(torch.long)
+        mask = h.get_tensor("loss_mask").to(torch.bool)
+        counts += torch.bincount(ids[mask], minlength=counts.numel())
+    return counts
+
+
+def build_vocab_map(counts, draft_vocab_size: int):
+    """Top-`draft_vocab_size` tokens by count (ties: lower id first), sorted by target id.
+
+    Returns (d2t int64 [N] with target_id(i) = i + d2t[i], t2d bool [V]).
+    """
+    import torch
+
+    vocab = counts.numel()
+    if not 0 < draft_vocab_size <= vocab:
+        raise UserError(f"draft_vocab_size must be in 1..{vocab} (the target vocab), "
+                        f"got {draft_vocab_size}.")
+    # Stable sort on -count keeps lower ids first among equal counts: deterministic.
+    order = torch.sort(-counts, stable=True).indices[:draft_vocab_size]
+    target_ids = torch.sort(order).values
+    d2t = target_ids - torch.arange(draft_vocab_size, dtype=torch.int64)
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[target_ids] = True
+    check_vocab_map(d2t, t2d, vocab)
+    return d2t, t2d
+
+
+def check_vocab_map(d2t, t2d, target_vocab: int) -> None:
+    """Raise if d2t/t2d are inconsistent (the same rules the checkpoint doctor applies)."""
+    import torch
+
+    n = d2t.numel()
+    hot = d2t.to(torch.long) + torch.arange(n)
+    problems = []
+    if t2d.numel() != target_vocab:
+        problems.append(f"t2d has {t2d.numel()} entries, target vocab is {target_vocab}")
+    if int(t2d.sum()) != n:
+        problems.append(f"t2d marks {int(t2d.sum())} tokens, d2t has {n}")
+    if n and (int(hot.min()) < 0 or int(hot.max()) >= target_vocab):
+        problems.append("d2t + arange leaves the target vocab")
+    if n > 1 and not bool((hot[1:] > hot[:-1]).all()):
+        problems.append("d2t + arange is not strictly increasing")
+    if not problems and not bool(t2d[hot].all()):
+        problems.append("d2t and t2d disagree about which tokens are in the draft vocab")
+    if problems:
+        raise UserError("Inconsistent draft vocabulary map: " + "; ".join(problems) + ".")
+
+
+def build_shard_vocab(*, data: str | os.PathLike, draft_vocab_size: int = 8192,
+                      force: bool = False) -> dict[str, Any]:
+    """Build the map from a shard set's loss-masked tokens; save it next to the shards and
+    record file, sha256 and coverage in the manifest. Returns the manifest entry."""
+    from safetensors.torch import save_file
+
+    shards = ShardSet(data)
+    existing = shards.manifest.get("vocab_map")
+    if existing and not force and existing.get("draft_vocab_size") == draft_vocab_size \
+            and existing.get("built_from_tokens") == shards.num_tokens:
+        return existing
+    counts = token_counts(shards)
+    d2t, t2d = build_vocab_map(counts, draft_vocab_size)
+    path = Path(data) / VOCAB_MAP
+    with atomic_path(path) as tmp:
+        save_file({"d2t": d2t.contiguous(), "t2d": t2d.contiguous()}, str(tmp),
+                  metadata={"convention": "d2t offsets: target_id = i + d2t[i]"})
+    total = int(counts.sum())
+    entry = {
+        "file": VOCAB_MAP,
+        "sha256": sha256_file(path),
+        "draft_vocab_size": draft_vocab_size,
+        "target_vocab_size": int(counts.numel()),
+        "convention": "d2t[i] = target_id(i) - i (offsets); t2d bool mask over target vocab",
+        "source": "loss-masked token frequencies of this shard set",
+        "built_from_tokens": shards.num_tokens,
+        "loss_tokens": total,
+        "distinct_loss_tokens": int((counts > 0).sum()),
+        "coverage": (float(counts[t2d].sum()) / total) if total else None,
+    }
+    manifest = read_manifest(data)
+    manifest["vocab_map"] = entry
+    write_manifest(Path(data), manifest)
+    return entry

@@ -1,0 +1,262 @@
+"""The pipeline's reusable stages over one work directory: target -> responses -> shards ->
+vocab map -> trained drafter -> SGLang-format copy.
+
+Prevents recomputing finished work and silently mixing two configurations in one work
+dir: each stage is skipped when its output is complete (regeneration and extraction resume
+themselves; training returns a finished run and refuses other settings; the conversion is
+redone only when the trained drafter changed), and each stage writes a record
+(WORK/stages/NAME.json: parameters, when and how long it was computed, its key numbers),
+so a re-run reports "reused" with the original timings.
+
+Layout of a work directory (data/runs/default by default):
+  responses/{train,eval}.jsonl (+ .meta.json)   regenerated conversations
+  shards/{train,eval}/                           shards + manifest.json
+  shards/train/vocab_map.safetensors             draft vocab map (train split only)
+  train/                                         the drafter's training run (final/ inside)
+  converted/sglang/                              the drafter in SGLang's format
+  stages/*.json                                  one record per stage
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from eagle3lab.config import DEFAULT_TARGET, runs_dir, strict_from_dict
+from eagle3lab.errors import UserError
+
+#: TrainConfig fields the pipeline sets itself (the work dir decides them).
+_TRAIN_SET_BY_PIPELINE = ("data", "eval_data", "out", "resume", "progress", "stop_after_steps")
+
+
+@dataclasses.dataclass
+class PipelineConfig:
+    work_dir: str = "default"  # stage work dir; a bare name is taken under data/runs/
+    target: str = DEFAULT_TARGET  # preset name, HF model directory or hub id
+    device: str = "auto"  # device of the target (regenerate, extract) and of training
+    model_dtype: str = "float32"  # target weights dtype for regenerate/extract (bfloat16 on GPU)
+    train_prompts: int = 96  # shipped train prompts the target answers
+    eval_prompts: int = 24  # held-out prompts the target answers (eval shards)
+    max_new_tokens: int = 160  # answer length cap of regeneration
+    batch_size: int = 16  # generation batch size
+    draft_vocab_size: int = 8192  # draft vocabulary of the map and the drafter
+    train: dict = dataclasses.field(default_factory=dict)  # TrainConfig fields for the drafter
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None, where: str = "pipeline") -> "PipelineConfig":
+        cfg = strict_from_dict(cls, dict(d or {}), where)
+        bad = sorted(set(cfg.train) & set(_TRAIN_SET_BY_PIPELINE))
+        if bad:
+            raise UserError(f"{where}.train: {', '.join(bad)} are set by the pipeline from "
+                            f"work_dir; remove them.")
+        from eagle3lab.train import TrainConfig
+
+        TrainConfig.from_dict({"data": "", "out": "", **cfg.train}, f"{where}.train")
+        for name in ("train_prompts", "eval_prompts", "max_new_tokens", "batch_size",
+                     "draft_vocab_size"):
+            if getattr(cfg, name) < 1:
+                raise UserError(f"{where}.{name} must be at least 1.")
+        return cfg
+
+    def work_path(self) -> Path:
+        p = Path(self.work_dir).expanduser()
+        return p if (p.is_absolute() or len(p.parts) > 1) else runs_dir() / p
+
+
+def run_dir_paths(run_dir: str | Path) -> dict[str, Path]:
+    run_dir = Path(run_dir)
+    return {
+        "run_dir": run_dir,
+        "responses_train": run_dir / "responses" / "train.jsonl",
+        "responses_eval": run_dir / "responses" / "eval.jsonl",
+        "shards_train": run_dir / "shards" / "train",
+        "shards_eval": run_dir / "shards" / "eval",
+        "train": run_dir / "train",
+        "final": run_dir / "train" / "final",
+        "sglang": run_dir / "converted" / "sglang",
+        "stages": run_dir / "stages",
+    }
+
+
+def run_demo(
+    *, run_dir: str | Path | None = None, target: str = DEFAULT_TARGET,
+    train_prompts: int = 96, eval_prompts: int = 24, max_new_tokens: int = 160,
+    batch_size: int = 16, draft_vocab_size: int = 8192, device: str = "auto",
+    dtype: str = "float32", progress: bool = True,
+) -> dict[str, Any]:
+    """Prepare the target, regenerate train/eval responses, extract shards, build the map."""
+    from eagle3lab.config import TARGET_PRESETS
+    from eagle3lab.target.default import prepare_target
+    from eagle3lab.data.extract import extract
+    from eagle3lab.data.regenerate import regenerate
+    from eagle3lab.target.adapter import load_target
+    from eagle3lab.data.vocab import build_shard_vocab
+
+    paths = run_dir_paths(run_dir or runs_dir() / "default")
+    t0 = time.time()
+    stages: dict[str, Any] = {}
+    print(f"[1/4] target: {target}")
+    if target in TARGET_PRESETS:
+        prepare_target(name=target)
+    tgt = load_target(target, device=device, dtype=dtype)
+    for split, n in (("train", train_prompts), ("eval", eval_prompts)):
+        print(f"[2/4] regenerate {split}: {n} prompts, up to {max_new_tokens} new tokens each")
+        stages[f"regenerate_{split}"] = regenerate(
+            target=tgt, prompts=split, out=paths[f"responses_{split}"], limit=n,
+            max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress)
+    for split in ("train", "eval"):
+        print(f"[3/4] extract {split}")
+        stages[f"extract_{split}"] = extract(
+            conversations=paths[f"responses_{split}"], out=paths[f"shards_{split}"],
+            target=tgt, model_dtype=dtype, progress=progress)
+    print(f"[4/4] draft vocab map ({draft_vocab_size} tokens) from the train shards")
+    stages["vocab"] = build_shard_vocab(data=paths["shards_train"],
+                                        draft_vocab_size=draft_vocab_size)
+    stages["seconds"] = time.time() - t0
+    stages["paths"] = {k: str(v) for k, v in paths.items()}
+    return stages
+
+
+# ---------------------------------------------------------------------------------------
+# Stages: each returns {"reused": bool, "numbers": {...}}; run_stage keeps the record.
+# ---------------------------------------------------------------------------------------
+def stage_target(cfg: PipelineConfig, paths: dict[str, Path], progress: bool) -> dict[str, Any]:
+    """Convert and verify the preset once (idempotent); a directory or hub id is checked."""
+    from eagle3lab.config import TARGET_PRESETS, preset_dir
+    from eagle3lab.target.default import prepare_target
+    from eagle3lab.target.adapter import resolve_target_path
+
+    if cfg.target in TARGET_PRESETS:
+        reused = (preset_dir(cfg.target) / "eagle3lab_target.json").exists()
+        path = prepare_target(name=cfg.target, verbose=progress)
+    else:
+        reused, path = True, resolve_target_path(cfg.target)
+    return {"reused": reused, "numbers": {"target": cfg.target, "path": str(path)}}
+
+
+def stage_data(cfg: PipelineConfig, paths: dict[str, Path], progress: bool) -> dict[str, Any]:
+    """Regenerate train/eval responses, extract both shard sets, build the vocab map."""
+    from eagle3lab.data.shards import read_manifest
+
+    def vocab_entry():
+        m = paths["shards_train"] / "manifest.json"
+        return read_manifest(paths["shards_train"]).get("vocab_map") if m.exists() else None
+
+    before = vocab_entry()
+    try:
+        s = run_demo(run_dir=paths["run_dir"], target=cfg.target,
+                     train_prompts=cfg.train_prompts, eval_prompts=cfg.eval_prompts,
+                     max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
+                     draft_vocab_size=cfg.draft_vocab_size, device=cfg.device,
+                     dtype=cfg.model_dtype, progress=progress)
+    except UserError as e:
+        raise UserError(f"{e} (In a report these settings come from the parameters file's "
+                        f"pipeline section; for other settings use another "
+                        f"pipeline.work_dir than {paths['run_dir']}.)") from None
+    for split in ("train", "eval"):
+        if not s[f"extract_{split}"]["complete"]:
+            raise UserError(f"extract {split}: the shards in {paths[f'shards_{split}']} are "
+                            f"incomplete after the run; re-run to resume.")
+    new = sum(s[f"regenerate_{x}"]["new_records"] for x in ("train", "eval")) + sum(
+        s[f"extract_{x}"]["new_shards"] for x in ("train", "eval"))
+    reused = new == 0 and before == s["vocab"]
+    rt, et = s["regenerate_train"], s["extract_train"]
+    return {"reused": reused, "numbers": {
+        "train_conversations": et["samples"], "train_tokens": et["tokens"],
+        "eval_conversations": s["extract_eval"]["samples"],
+        "eval_tokens": s["extract_eval"]["tokens"],
+        "regenerate_tokens_per_s": rt["tokens_per_s"] if rt["new_tokens"] else None,
+        "extract_tokens_per_s": et["tokens_per_s"],
+        "bytes_per_token": et["bytes_per_token"],
+        "draft_vocab_size": s["vocab"]["draft_vocab_size"],
+        "vocab_coverage": s["vocab"]["coverage"]}}
+
+
+def stage_train(cfg: PipelineConfig, paths: dict[str, Path], progress: bool) -> dict[str, Any]:
+    """Train the drafter on the train shards (held-out eval shards); a finished run with the
+    same settings is returned as is, an interrupted one resumed."""
+    from eagle3lab.train import is_finished, read_run, train
+
+    reused = is_finished(paths["train"])
+    kwargs = {"device": cfg.device, **cfg.train, "data": str(paths["shards_train"]),
+              "eval_data": str(paths["shards_eval"]), "out": str(paths["train"]),
+              "resume": True, "progress": progress}
+    try:
+        summary = train(**kwargs)
+    except UserError as e:
+        raise UserError(f"{e} (The pipeline's train settings come from the parameters "
+                        f"file's pipeline.train; to train with other settings use another "
+                        f"pipeline.work_dir, or delete {paths['train']}.)") from None
+    if summary.get("status") != "done":
+        raise UserError(f"training in {paths['train']} stopped at step {summary.get('step')}; "
+                        f"re-run to resume it.")
+    run = read_run(paths["train"])
+    return {"reused": reused, "numbers": {
+        "steps": summary["steps"], "tokens": summary["tokens"],
+        "wall_s": summary["wall_s"], "tokens_per_s": summary["tokens_per_s"],
+        "final": summary["final"], "device": run["drafter"]["device"]}}
+
+
+def _fingerprint(directory: Path) -> dict[str, str]:
+    from eagle3lab.fsutil import sha256_file
+
+    return {p.name: sha256_file(p) for p in sorted(directory.iterdir())
+            if p.is_file() and p.suffix in (".json", ".safetensors")}
+
+
+def stage_convert(cfg: PipelineConfig, paths: dict[str, Path], progress: bool) -> dict[str, Any]:
+    """Convert the trained drafter to SGLang's format (redone only when it changed)."""
+    from eagle3lab.formats.convert import convert_checkpoint
+
+    src, dst = paths["final"], paths["sglang"]
+    record = read_stage_record(paths, "convert")
+    fp = _fingerprint(src)
+    if (record and record.get("numbers", {}).get("source_fingerprint") == fp
+            and (dst / "config.json").exists()):
+        return {"reused": True, "numbers": record["numbers"]}
+    res = convert_checkpoint(src, dst, to="sglang", target=cfg.target, force=True)
+    return {"reused": False, "numbers": {
+        "path": str(dst), "tensors": len(res.renamed), "dropped": len(res.dropped),
+        "aux_ids": res.aux.get("ids"), "warnings": len(res.report.findings),
+        "source_fingerprint": fp}}
+
+
+#: Stage name -> function(cfg, paths, progress) -> {"reused", "numbers"}.
+STAGES: dict[str, Callable[[PipelineConfig, dict[str, Path], bool], dict[str, Any]]] = {
+    "target": stage_target, "data": stage_data, "train": stage_train, "convert": stage_convert,
+}
+
+
+def read_stage_record(paths: dict[str, Path], name: str) -> dict[str, Any] | None:
+    import json
+
+    p = paths["stages"] / f"{name}.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def run_stage(name: str, cfg: PipelineConfig, *, progress: bool = True) -> dict[str, Any]:
+    """Run (or reuse) one stage and update its record; returns the record."""
+    from eagle3lab import __version__
+    from eagle3lab.fsutil import atomic_write_json
+
+    paths = run_dir_paths(cfg.work_path())
+    paths["stages"].mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    res = STAGES[name](cfg, paths, progress)
+    now = datetime.datetime.now().isoformat(timespec="seconds")
+    old = read_stage_record(paths, name) or {}
+    record = {"stage": name, "eagle3lab": __version__, "work_dir": str(paths["run_dir"]),
+              "params": dataclasses.asdict(cfg), "reused": res["reused"],
+              "checked_at": now, "check_s": round(time.time() - t0, 2),
+              "numbers": res["numbers"]}
+    if res["reused"]:  # keep when and how long it was computed (unknown: made by hand)
+        record.update(computed_at=old.get("computed_at"), computed_s=old.get("computed_s"),
+                      numbers={**old.get("numbers", {}), **{
+                          k: v for k, v in res["numbers"].items() if v is not None}})
+    else:
+        record.update(computed_at=now, computed_s=record["check_s"])
+    atomic_write_json(paths["stages"] / f"{name}.json", record)
+    return record

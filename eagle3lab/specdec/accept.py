@@ -1,0 +1,193 @@
+"""Offline acceptance: what accept length a drafter gives, per draft position, and what
+speedup it buys, measured on a laptop before a GPU server is started.
+
+Prevents the 'accept length 1.00 in production' surprise: the same prompts are decoded
+plainly and speculatively in one run (the speculative output is checked against the plain
+one at temperature 0), acceptance is kept as raw counts (eagle3lab.specdec.stats), and
+arms that feed the drafter what a broken server would (`features="last_layer"`,
+`load_as="sglang"`) can be measured side by side with the healthy one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+from eagle3lab.config import DEFAULT_TARGET
+
+
+@dataclasses.dataclass
+class Arm:
+    """One drafter configuration to measure."""
+
+    name: str
+    draft: str | None
+    features: str = "fused"
+    load_as: str | None = None
+
+
+def default_drafter(target: str = DEFAULT_TARGET) -> str | None:
+    """The drafter the demo uses when the user gives none: the one shipped in the repository
+    (data/drafters/<target>), else the demo run's trained one, else None."""
+    from pathlib import Path
+
+    from eagle3lab.config import TARGET_PRESETS, data_root, repo_root
+
+    if str(target) not in TARGET_PRESETS:
+        return None
+    for path in (repo_root() / "data" / "drafters" / str(target),
+                 data_root() / "runs" / "default" / "train" / "final"):
+        if (Path(path) / "config.json").is_file():
+            return str(path)
+    return None
+
+
+def fastest_cpu_dtype() -> str:
+    """The dtype that decodes fastest on this CPU: bfloat16 where the CPU has native bf16
+    (avx512_bf16 / AMX; with one thread it is the fastest for plain decoding too, and its
+    verify cost hardly grows with the tokens verified), else float32 (emulated bf16 is
+    several times slower). Measured on a 2-core EPYC with avx512_bf16: plain step 28-30 ms
+    in bf16 on one thread vs 42-48 ms in fp32; verifying 4 tokens 30 ms vs 68 ms."""
+    try:
+        flags = open("/proc/cpuinfo", encoding="utf-8").read()
+    except OSError:
+        return "float32"
+    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+
+
+def prompt_ids(tokenizer, prompts: Any, limit: int | None, max_prompt_tokens: int) -> list:
+    """Chat-templated prompt ids; over-long prompts are truncated (kept: their end) with a
+    warning, never an error."""
+    from eagle3lab.data.prompts import chat_prompt_ids, load_prompts
+
+    out = []
+    for p in load_prompts(prompts, limit=limit):
+        ids = chat_prompt_ids(tokenizer, p.prompt)
+        if len(ids) > max_prompt_tokens:
+            print(f"warning: prompt {p.id} has {len(ids)} tokens, more than the "
+                  f"{max_prompt_tokens} that fit; truncated to its last {max_prompt_tokens}.")
+            ids = ids[-max_prompt_tokens:]
+        out.append((p.id, ids))
+    return out
+
+
+def measure_acceptance(
+    *, target: Any = DEFAULT_TARGET, draft: str | os.PathLike | None = None,
+    arms: list[Arm] | None = None, prompts: str | os.PathLike = "eval", limit: int | None = 24,
+    max_new_tokens: int = 128, steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
+    temperature: float = 0.0, seed: int = 0, device: str = "auto", dtype: str = "float32",
+    threads: int = 0, progress: bool = True,
+) -> dict[str, Any]:
+    """Decode `prompts` plainly and with each arm; return raw counts, rates and speedups.
+
+    draft: one drafter checkpoint (a single healthy arm); arms: several configurations.
+    threads: torch CPU threads for this measurement (0: leave as is; restored after).
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        out = _measure(target=target, draft=draft, arms=arms, prompts=prompts, limit=limit,
+                       max_new_tokens=max_new_tokens, steps=steps, topk=topk,
+                       draft_tokens=draft_tokens, temperature=temperature, seed=seed,
+                       device=device, dtype=dtype, progress=progress)
+    finally:
+        torch.set_num_threads(before)
+    out["settings"]["threads"] = threads or before
+    return out
+
+
+def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk,
+             draft_tokens, temperature, seed, device, dtype, progress) -> dict[str, Any]:
+    from tqdm.auto import tqdm
+
+    from eagle3lab.errors import UserError
+    from eagle3lab.specdec.load import load_engine
+    from eagle3lab.specdec.stats import AcceptStats, predicted_speedup
+    from eagle3lab.target.adapter import Target, load_target
+
+    tgt = target if isinstance(target, Target) else load_target(target, device=device,
+                                                                   dtype=dtype)
+    if arms is None:
+        if draft is None:
+            raise UserError("Give a drafter checkpoint (draft=...) or a list of arms.")
+        arms = [Arm("draft", str(draft))]
+    ctx = tgt.max_position_embeddings or 4096
+    plist = prompt_ids(tgt.tokenizer, prompts, limit, max(16, ctx - max_new_tokens - 1))
+    kw = dict(max_new_tokens=max_new_tokens, temperature=temperature)
+    t0 = time.time()
+
+    plain = load_engine(target=tgt)
+    engines = [load_engine(target=tgt, draft=arm.draft, steps=steps, topk=topk,
+                           draft_tokens=draft_tokens, features=arm.features, load_as=arm.load_as)
+               for arm in arms]
+    # Interleaved: each prompt is decoded plainly, then by every arm, so that a change in
+    # machine load affects all of them alike (the ratios are what matter).
+    plain_results: list = []
+    arm_results: list[list] = [[] for _ in arms]
+    for i, (_, ids) in enumerate(tqdm(plist, desc="decode (plain + arms)", disable=not progress)):
+        plain_results.append(plain.generate(ids, seed=seed + i, **kw))
+        for j, eng in enumerate(engines):
+            arm_results[j].append(eng.generate(ids, seed=seed + i, **kw))
+    plain_stats = AcceptStats.from_results(plain_results)
+    plain_steps = sum(max(r.completion_tokens - 1, 1) for r in plain_results)
+    plain_step_s = plain_stats.decode_s / plain_steps
+    out: dict[str, Any] = {
+        "target": tgt.describe(), "prompts": str(prompts), "requests": len(plist),
+        "settings": {"steps": steps, "topk": topk, "draft_tokens": draft_tokens,
+                     "temperature": temperature, "max_new_tokens": max_new_tokens,
+                     "seed": seed, "dtype": str(tgt.dtype).replace("torch.", "")},
+        "plain": {"completion_tokens": plain_stats.completion_tokens,
+                  "decode_s": plain_stats.decode_s, "tokens_per_s": plain_stats.tokens_per_s,
+                  "step_s": plain_step_s},
+        "arms": [],
+    }
+    for arm, eng, results in zip(arms, engines, arm_results):
+        st = AcceptStats.from_results(results)
+        verify_step = st.verify_s / st.verify_ct if st.verify_ct else 0.0
+        draft_step = st.draft_s / st.verify_ct if st.verify_ct else 0.0
+        same = sum(a.output_ids == b.output_ids for a, b in zip(results, plain_results))
+        out["arms"].append({
+            "name": arm.name, "draft": arm.draft, "features": arm.features,
+            "load_as": arm.load_as, "num_draft_tokens": eng.num_draft_tokens,
+            "stats": st.to_dict(),
+            "matches_plain": same,
+            "speedup_measured": st.tokens_per_s / plain_stats.tokens_per_s
+            if plain_stats.tokens_per_s else None,
+            "speedup_predicted": predicted_speedup(
+                tau=st.tau, plain_step_s=plain_step_s, verify_step_s=verify_step,
+                draft_per_verify_s=draft_step),
+            "speedup_ceiling": predicted_speedup(
+                tau=steps + 1, plain_step_s=plain_step_s, verify_step_s=verify_step,
+                draft_per_verify_s=draft_step),
+            "verify_step_s": verify_step, "draft_per_verify_s": draft_step,
+            "per_request": [{"prompt": pid, "completion_tokens": r.completion_tokens,
+                             "verify_ct": r.verify_ct, "accept_length": r.accept_length,
+                             "accept_histogram": r.accept_histogram}
+                            for (pid, _), r in zip(plist, results)],
+        })
+    out["seconds"] = time.time() - t0
+    return out
+
+
+def summary_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per arm: tau, per-position acceptance, tokens/s and speedups."""
+    rows = []
+    for a in result["arms"]:
+        st = a["stats"]
+        row = {"arm": a["name"], "features": a["features"], "load_as": a["load_as"] or "native",
+               "tau": round(st["tau"], 3),
+               "plain tok/s": round(result["plain"]["tokens_per_s"], 2),
+               "spec tok/s": round(st["tokens_per_s"], 2),
+               "speedup": round(a["speedup_measured"] or 0, 3),
+               "predicted": round(a["speedup_predicted"], 3),
+               "ceiling": round(a["speedup_ceiling"], 3),
+               "same as plain": f"{a['matches_plain']}/{result['requests']}"}
+        for k, v in enumerate(st["acceptance_cumulative"], 1):
+            row[f"acc@{k}"] = round(v, 3)
+        rows.append(row)
+    return rows

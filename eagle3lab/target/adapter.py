@@ -1,0 +1,299 @@
+"""The target model adapter: load a target, know its shape, capture the aux hidden states.
+
+Prevents the aux-layer silent failure: SGLang and vLLM read the same explicit layer-id list
+differently (SGLang shifts ids by +1, vLLM does not; REFERENCE.md "Aux layer ids"), so a
+drafter trained on one set of layers can be served on another with no error. Here every
+aux selection is resolved to concrete *capture points* (HF `hidden_states[i]`, i.e. the
+input of decoder layer i) together with the convention it came from, and both are recorded
+in every artifact. Capture uses forward hooks on exactly those layers (plus the input of
+the final norm, which speculators' trainer needs as `verifier_last_hidden_states`), never
+`output_hidden_states=True`, which would materialise every layer's states.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+from eagle3lab.config import DEFAULT_TARGET, TARGET_PRESETS, preset_dir
+from eagle3lab.errors import UserError
+from eagle3lab.fsutil import sha256_bytes
+
+Convention = Literal["sglang", "vllm"]
+CONVENTIONS = ("sglang", "vllm")
+
+
+@dataclasses.dataclass(frozen=True)
+class AuxLayers:
+    """A resolved aux-layer selection.
+
+    capture_points[j] = i means: the hidden state captured is the INPUT of decoder layer i
+    (= HF `hidden_states[i]` = the output of layer i-1), which is how SGLang captures.
+    `sglang_ids` / `vllm_ids` are the explicit ids each engine needs in the draft config
+    to capture these same points.
+    """
+
+    capture_points: tuple[int, ...]
+    convention: str  # "sglang" or "vllm": how `requested_ids` were meant
+    requested_ids: tuple[int, ...] | None  # None: the engines' shared default
+    num_layers: int
+
+    @property
+    def layer_outputs(self) -> list[int]:
+        return [c - 1 for c in self.capture_points]
+
+    @property
+    def sglang_ids(self) -> list[int]:
+        return [c - 1 for c in self.capture_points]
+
+    @property
+    def vllm_ids(self) -> list[int]:
+        return list(self.capture_points)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "capture_points": list(self.capture_points),
+            "capture_semantics": "input of decoder layer i (HF hidden_states[i])",
+            "layer_outputs": self.layer_outputs,
+            "convention": self.convention,
+            "requested_ids": list(self.requested_ids) if self.requested_ids is not None else None,
+            "is_default": self.requested_ids is None,
+            "sglang_ids": self.sglang_ids,
+            "vllm_ids": self.vllm_ids,
+            "num_layers": self.num_layers,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "AuxLayers":
+        req = d.get("requested_ids")
+        return cls(
+            capture_points=tuple(d["capture_points"]),
+            convention=d["convention"],
+            requested_ids=tuple(req) if req is not None else None,
+            num_layers=int(d["num_layers"]),
+        )
+
+
+def default_capture_points(num_layers: int) -> list[int]:
+    """SGLang's and vLLM's shared default: [2, N//2, N-3] (inputs of those layers)."""
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def resolve_aux_layers(
+    num_layers: int, ids: list[int] | tuple[int, ...] | None = None,
+    convention: str = "sglang",
+) -> AuxLayers:
+    """Resolve explicit aux ids (or the default) to capture points.
+
+    convention="sglang": an explicit id k captures the input of layer k+1 (SGLang adds 1).
+    convention="vllm":   an explicit id k captures the input of layer k.
+    """
+    if convention not in CONVENTIONS:
+        raise UserError(
+            f"Unknown aux layer id convention {convention!r}; use 'sglang' (explicit id k = "
+            f"output of layer k) or 'vllm' (explicit id k = input of layer k)."
+        )
+    if ids is None or len(ids) == 0:
+        points = default_capture_points(num_layers)
+        requested = None
+    else:
+        requested = tuple(int(i) for i in ids)
+        points = [i + 1 for i in requested] if convention == "sglang" else list(requested)
+    if len(set(points)) != len(points):
+        raise UserError(f"Aux layer ids {list(ids or [])} ({convention}) repeat a layer.")
+    bad = [p for p in points if not 1 <= p <= num_layers - 1]
+    if bad:
+        raise UserError(
+            f"Aux layer ids {list(ids or points)} ({convention} convention) resolve to capture "
+            f"points {points}, but a {num_layers}-layer target only has capture points "
+            f"1..{num_layers - 1} (inputs of layers 1..{num_layers - 1}). Out of range: {bad}."
+        )
+    return AuxLayers(tuple(points), convention, requested, num_layers)
+
+
+def resolve_dtype(dtype: str):
+    import torch
+
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise UserError(f"Unknown dtype {dtype!r}; use one of float32, bfloat16, float16.")
+    return table[dtype]
+
+
+def resolve_device(device: str = "auto") -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"Device {device!r} was asked for, but torch sees no CUDA device.")
+    return device
+
+
+def resolve_target_path(target: str | os.PathLike) -> str:
+    """A preset name -> its prepared dir (prepared on first use); a dir -> itself;
+    anything else is passed to transformers as a hub id."""
+    t = str(target)
+    if t in TARGET_PRESETS:
+        from eagle3lab.target.default import STAMP_NAME, prepare_target
+
+        if (preset_dir(t) / STAMP_NAME).exists():
+            return str(preset_dir(t))
+        return str(prepare_target(name=t))  # first use: convert once (prints progress)
+    p = Path(t).expanduser()
+    if p.exists():
+        if not p.is_dir() or not (p / "config.json").is_file():
+            raise UserError(
+                f"Target {t!r} exists but is not a Hugging Face model directory (no "
+                f"config.json inside). Pass a directory made by save_pretrained, a hub id, "
+                f"or the preset {DEFAULT_TARGET!r}."
+            )
+        return str(p.resolve())
+    if t.startswith((".", "/", "~")) or t.count("/") != 1:
+        raise UserError(
+            f"Target {t!r} does not exist. Pass a Hugging Face model directory, a hub id "
+            f"(org/name, on machines that can reach a hub), or the preset {DEFAULT_TARGET!r}."
+        )
+    return t
+
+
+def config_sha256(config_dict: dict[str, Any]) -> str:
+    """Hash of a target config, ignoring fields that do not change the computation."""
+    volatile = {"_name_or_path", "name_or_path", "transformers_version", "dtype", "torch_dtype",
+                "architectures", "_commit_hash", "use_cache", "output_hidden_states"}
+    clean = {k: v for k, v in config_dict.items() if k not in volatile}
+    return sha256_bytes(json.dumps(clean, sort_keys=True, default=str).encode())
+
+
+class Target:
+    """A loaded target model with its tokenizer and shape facts."""
+
+    def __init__(self, model, tokenizer, path: str, name: str):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.path = path
+        self.name = name
+        cfg = model.config
+        text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        self.num_layers: int = int(text_cfg.num_hidden_layers)
+        self.hidden_size: int = int(text_cfg.hidden_size)
+        self.vocab_size: int = int(text_cfg.vocab_size)
+        self.max_position_embeddings: int | None = getattr(
+            text_cfg, "max_position_embeddings", None)
+        self.chat_template: str | None = getattr(tokenizer, "chat_template", None)
+        self.config_sha256 = config_sha256(cfg.to_dict())
+        self._layers, self._final_norm = _find_layers(model)
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self):
+        return next(self.model.parameters()).dtype
+
+    def aux_layers(self, ids=None, convention: str = "sglang") -> AuxLayers:
+        return resolve_aux_layers(self.num_layers, ids, convention)
+
+    def describe(self) -> dict[str, Any]:
+        """What every artifact records about the target."""
+        return {
+            "name": self.name,
+            "path": self.path,
+            "config_sha256": self.config_sha256,
+            "architecture": (self.model.config.architectures or [type(self.model).__name__])[0],
+            "num_layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "vocab_size": self.vocab_size,
+            "max_position_embeddings": self.max_position_embeddings,
+        }
+
+    @contextlib.contextmanager
+    def capture(self, aux: AuxLayers, *, last: bool = True) -> Iterator[dict[str, Any]]:
+        """Hooks that record the inputs of the aux layers (and of the final norm).
+
+        Yields a dict that, after each forward, holds "aux": [tensor per capture point]
+        and "last": the final norm's input. Hooks are removed on exit.
+        """
+        if aux.num_layers != self.num_layers:
+            raise UserError(
+                f"Aux layers were resolved for a {aux.num_layers}-layer model, but the target "
+                f"{self.name} has {self.num_layers} layers.")
+        store: dict[str, Any] = {"aux": [None] * len(aux.capture_points), "last": None}
+        handles = []
+
+        def make_hook(j: int):
+            def hook(module, args, kwargs):
+                store["aux"][j] = args[0] if args else kwargs["hidden_states"]
+            return hook
+
+        try:
+            for j, point in enumerate(aux.capture_points):
+                handles.append(self._layers[point].register_forward_pre_hook(
+                    make_hook(j), with_kwargs=True))
+            if last:
+                def last_hook(module, args):
+                    store["last"] = args[0]
+                handles.append(self._final_norm.register_forward_pre_hook(last_hook))
+            yield store
+        finally:
+            for h in handles:
+                h.remove()
+
+    def features(self, input_ids, attention_mask=None, aux: AuxLayers | None = None):
+        """One forward of the base model (no LM head): returns (fused [B,T,len(aux)*H],
+        last [B,T,H]) where last is the input of the final norm."""
+        import torch
+
+        aux = aux or self.aux_layers()
+        with torch.inference_mode(), self.capture(aux) as store:
+            self._base_forward(input_ids, attention_mask)
+            fused = torch.cat(store["aux"], dim=-1)
+            last = store["last"]
+        return fused, last
+
+    def _base_forward(self, input_ids, attention_mask=None):
+        base = getattr(self.model, "model", None) or self.model.base_model
+        return base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+
+
+def _find_layers(model):
+    base = getattr(model, "model", None) or getattr(model, "base_model", None)
+    layers = getattr(base, "layers", None)
+    norm = getattr(base, "norm", None)
+    if layers is None or norm is None:
+        raise UserError(
+            f"{type(model).__name__} has no `model.layers`/`model.norm`; eagle3lab's aux-state "
+            f"capture supports Llama-style decoder models (Llama, Qwen, Mistral, ...).")
+    return layers, norm
+
+
+def load_target(
+    target: str | os.PathLike = DEFAULT_TARGET, *, device: str = "auto",
+    dtype: str = "float32", attn_implementation: str | None = "sdpa",
+) -> Target:
+    """Load a target (preset name, HF directory or hub id) with its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_target_path(target)
+    dev = resolve_device(device)
+    kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype)}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except Exception as e:  # OSError, ValueError, SafetensorError, ...: all mean bad input
+        raise UserError(
+            f"Could not load the target {str(target)!r} from {path!r}: {type(e).__name__}: "
+            f"{(str(e) or '?').splitlines()[0]} "
+            f"Check that it is a complete Hugging Face model directory (config.json, weights, "
+            f"tokenizer files) or a reachable hub id.") from None
+    model.to(dev).eval()
+    name = str(target) if str(target) in TARGET_PRESETS else Path(path).name
+    return Target(model, tok, path, name)

@@ -1,0 +1,44 @@
+"""The shipped prompt set and prompt-file validation."""
+
+import json
+
+import pytest
+
+from eagle3lab.errors import UserError
+from eagle3lab.data.prompts import load_prompts
+
+
+def test_shipped_prompts_are_many_diverse_and_split():
+    train, ev = load_prompts("train"), load_prompts("eval")
+    assert len(train) + len(ev) >= 600
+    assert len(ev) >= 90
+    assert not {p.prompt for p in train} & {p.prompt for p in ev}, "eval must be held out"
+    assert not {p.id for p in train} & {p.id for p in ev}
+    cats = {"coding", "math", "writing", "explanation", "chat", "reasoning"}
+    assert {p.category for p in train} == cats and {p.category for p in ev} == cats
+    assert {p.length for p in train} == {"short", "long"}
+
+
+@pytest.mark.parametrize("content,msg", [
+    ('{"prompt": "a"}\nnot json\n', "line 2: not valid JSON"),
+    ('{"prompt": "a"}\n[1, 2]\n', "line 2: expected a JSON object"),
+    ('{"id": "x", "prompt": ""}\n', "line 1: field 'prompt' is missing or empty"),
+    ('{"id": "x", "prompt": "a"}\n{"id": "x", "prompt": "b"}\n', "line 2: id 'x' repeats"),
+])
+def test_bad_prompt_files_name_the_line(tmp_path, content, msg):
+    p = tmp_path / "p.jsonl"
+    p.write_text(content)
+    with pytest.raises(UserError, match=msg):
+        load_prompts(p)
+
+
+def test_missing_prompts_file(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        load_prompts(tmp_path / "nope.jsonl")
+
+
+def test_limit_and_default_ids(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text("".join(json.dumps({"prompt": f"q{i}"}) + "\n" for i in range(5)))
+    got = load_prompts(p, limit=3)
+    assert [x.id for x in got] == ["p-1", "p-2", "p-3"]

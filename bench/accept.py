@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="smollm2-135m-instruct")
-    ap.add_argument("--draft", default=None, help="default: eagle3lab.specdec.accept.default_drafter()")
+    ap.add_argument("--draft", default=None, help="default: eagle3lab.workdir.default_drafter()")
     ap.add_argument("--prompts", default="eval")
     ap.add_argument("--limit", type=int, default=24)
     ap.add_argument("--max-new-tokens", type=int, default=128)
@@ -44,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from eagle3lab.specdec.accept import Arm, default_drafter, measure_acceptance
+    from eagle3lab.specdec.accept import Arm, measure_acceptance
     from eagle3lab.target.adapter import load_target
+    from eagle3lab.workdir import default_drafter
 
     draft = args.draft or default_drafter(args.target)
     if draft is None:

@@ -28,45 +28,6 @@ import time
 from pathlib import Path
 
 
-def pack_drafter(final: Path, dst: Path) -> dict:
-    """Copy a trained speculators drafter without `embed_tokens` (the target's own), in
-    bf16, with its config and eagle3lab record; returns file facts."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from eagle3lab.fsutil import atomic_dir, sha256_file
-
-    weights = {}
-    for f in sorted(final.glob("*.safetensors")):
-        weights.update(load_file(str(f)))
-    keep = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous()
-            for k, v in weights.items() if k != "embed_tokens.weight"}
-    with atomic_dir(dst) as tmp:
-        save_file(keep, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        for name in ("config.json", "eagle3lab.json"):
-            if (final / name).exists():
-                (tmp / name).write_text((final / name).read_text())
-    f = dst / "model.safetensors"
-    return {"path": str(dst), "bytes": f.stat().st_size, "sha256": sha256_file(f),
-            "params": sum(v.numel() for v in keep.values())}
-
-
-def concat_jsonl(parts: list[Path], dst: Path) -> dict:
-    """One conversations file from several (ids are distinct by construction). Left
-    untouched when it already holds exactly that (a resumed run extracts the same data);
-    rewritten when the parts changed, so that extract refuses its stale shards instead of
-    silently training on the old mix."""
-    from eagle3lab.fsutil import atomic_path
-
-    data = b"".join(p.read_bytes() for p in parts)
-    same = dst.exists() and dst.read_bytes() == data
-    if not same:
-        with atomic_path(dst) as tmp:
-            tmp.write_bytes(data)
-    return {"out": str(dst), "records": data.count(b"\n"), "rewritten": not same,
-            "parts": [str(p) for p in parts]}
-
-
 def accept_stage(*, drafter: Path, dst: Path, target: str, device: str, dtype: str,
                  limit: int, max_new_tokens: int, steps: int) -> dict:
     """Offline acceptance of the packed drafter on the held-out prompts (greedy, chains of
@@ -134,14 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from eagle3lab.data.extract import extract
+    from eagle3lab.data.prompts import concat_jsonl
     from eagle3lab.data.regenerate import regenerate
     from eagle3lab.data.selfprompt import synthesize_prompts
-    from eagle3lab.target.adapter import load_target, resolve_device
-    from eagle3lab.train import TrainConfig, train_run
     from eagle3lab.data.vocab import build_shard_vocab
+    from eagle3lab.target.adapter import load_target, resolve_device
+    from eagle3lab.train import TrainConfig, pack_drafter, train_run
+    from eagle3lab.workdir import WorkDir
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    wd = WorkDir(Path(args.out))
+    wd.root.mkdir(parents=True, exist_ok=True)
     dev = resolve_device(args.device)
     cuda = dev.startswith("cuda")
     dtype = "bfloat16" if cuda else "float32"
@@ -161,68 +124,67 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.stage in ("all", "data"):
         tgt = load_target(args.target, device=dev, dtype=dtype)
-        resp = out / "responses"
         parts = []
         if args.self_prompts:
             stage("self_prompt", lambda: synthesize_prompts(
-                target=tgt, out=out / "prompts" / "self.jsonl", n=args.self_prompts,
+                target=tgt, out=wd.self_prompts, n=args.self_prompts,
                 batch_size=args.self_prompt_batch, max_new_tokens=args.self_prompt_tokens,
                 seed=args.seed, progress=False))
             stage("regenerate_self", lambda: regenerate(
-                target=tgt, prompts=out / "prompts" / "self.jsonl", out=resp / "self.jsonl",
+                target=tgt, prompts=wd.self_prompts, out=wd.responses("self"),
                 max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
                 progress=False))
-            parts.append(resp / "self.jsonl")
+            parts.append(wd.responses("self"))
         if args.greedy_train:
             stage("regenerate_train_greedy", lambda: regenerate(
-                target=tgt, prompts="train", out=resp / "train_greedy.jsonl",
+                target=tgt, prompts="train", out=wd.responses("train_greedy"),
                 limit=args.limit, max_new_tokens=args.max_new_tokens,
                 batch_size=args.batch_size, progress=False))
-            parts.append(resp / "train_greedy.jsonl")
+            parts.append(wd.responses("train_greedy"))
         if args.samples:
             stage("regenerate_train", lambda: regenerate(
-                target=tgt, prompts="train", out=resp / "train_sampled.jsonl",
+                target=tgt, prompts="train", out=wd.responses("train_sampled"),
                 limit=args.limit, samples=args.samples, temperature=args.temperature,
                 seed=args.seed, max_new_tokens=args.max_new_tokens,
                 batch_size=args.batch_size, progress=False))
-            parts.append(resp / "train_sampled.jsonl")
-        stage("concat", lambda: concat_jsonl(parts, resp / "train.jsonl"))
+            parts.append(wd.responses("train_sampled"))
+        stage("concat", lambda: concat_jsonl(parts, wd.responses_train))
         stage("regenerate_eval", lambda: regenerate(
-            target=tgt, prompts="eval", out=out / "responses" / "eval.jsonl",
+            target=tgt, prompts="eval", out=wd.responses_eval,
             limit=args.eval_limit, max_new_tokens=args.max_new_tokens,
             batch_size=args.batch_size, progress=False))
         for split in ("train", "eval"):
             stage(f"extract_{split}", lambda split=split: extract(
-                conversations=out / "responses" / f"{split}.jsonl", out=out / "shards" / split,
+                conversations=wd.responses(split), out=wd.shards(split),
                 target=tgt, samples_per_shard=1024, max_tokens_per_batch=65536,
                 progress=False))
-        stage("vocab", lambda: build_shard_vocab(data=out / "shards" / "train",
+        stage("vocab", lambda: build_shard_vocab(data=wd.shards_train,
                                                  draft_vocab_size=args.draft_vocab_size))
         del tgt
         if cuda:
             torch.cuda.empty_cache()
     if args.stage in ("all", "train"):
-        cfg = TrainConfig(data=str(out / "shards" / "train"),
-                          eval_data=str(out / "shards" / "eval"),
-                          out=str(out / args.train_name), epochs=args.epochs, lr=args.lr,
+        run = wd.run(args.train_name)
+        cfg = TrainConfig(data=str(wd.shards_train), eval_data=str(wd.shards_eval),
+                          out=str(run), epochs=args.epochs, lr=args.lr,
                           warmup_steps=50, schedule="cosine", ttt_steps=args.ttt_steps,
                           max_tokens_per_batch=args.max_tokens_per_batch, eval_every=100,
                           device=dev, progress=False, seed=args.seed,
-                          resume=(out / args.train_name / "run.json").exists(),
+                          resume=(run / "run.json").exists(),
                           train_lm_head=args.train_lm_head,
                           ttt_step_loss_decay=args.ttt_decay,
                           checkpoint_every=args.checkpoint_every)
         stage("train", lambda: train_run(cfg))
-        stage("pack", lambda: pack_drafter(out / args.train_name / "final",
-                                           out / f"drafter-{args.train_name}"))
+        stage("pack", lambda: pack_drafter(wd.final_of(args.train_name),
+                                           wd.packed(args.train_name)))
         if args.accept_limit:
             stage("accept", lambda: accept_stage(
-                drafter=out / f"drafter-{args.train_name}",
-                dst=out / f"accept-{args.train_name}.json", target=args.target, device=dev,
+                drafter=wd.packed(args.train_name),
+                dst=wd.accept_record(args.train_name), target=args.target, device=dev,
                 dtype=dtype, limit=args.accept_limit, max_new_tokens=args.accept_tokens,
                 steps=args.ttt_steps))
     summary["wall_s"] = round(time.time() - t_all, 2)
-    summary_path = out / f"summary-{args.stage}-{args.train_name}.json"
+    summary_path = wd.root / f"summary-{args.stage}-{args.train_name}.json"
     summary_path.write_text(json.dumps(summary, indent=2, default=str))
     print(f"wall time {summary['wall_s']} s; summary in {summary_path}")
     return 0

@@ -21,8 +21,9 @@ def add_parser(sub) -> None:
         "A drafter that does not fit the target is refused with the doctor's finding codes.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--target", default=DEFAULT_TARGET, help="preset, HF directory or hub id")
-    p.add_argument("--draft", required=True, help="drafter checkpoint (speculators or SGLang "
-                   "format)")
+    p.add_argument("--draft", default=None, help="drafter checkpoint (speculators or SGLang "
+                   "format); default: the default drafter (data/drafters/TARGET for a preset "
+                   "target, else the demo's trained one)")
     p.add_argument("--prompts", default="eval", help="'eval', 'train' or a prompts JSONL file")
     p.add_argument("--limit", type=int, default=24, help="number of prompts")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per answer")
@@ -54,16 +55,18 @@ def run(args) -> int:
     import tempfile
 
     from eagle3lab.specdec.accept import Arm, measure_acceptance, summary_rows
+    from eagle3lab.workdir import drafter_or_default
 
-    arms = [Arm("draft", args.draft, args.features, args.load_as)]
+    draft = drafter_or_default(args.draft, args.target)
+    arms = [Arm("draft", draft, args.features, args.load_as)]
     with tempfile.TemporaryDirectory() as tmp:
         if args.compare_failures:
             from eagle3lab.specdec.failures import sglang_config_speculators_keys
             from eagle3lab.target.adapter import resolve_target_path
 
-            bad = sglang_config_speculators_keys(args.draft, f"{tmp}/keys-mismatch",
+            bad = sglang_config_speculators_keys(draft, f"{tmp}/keys-mismatch",
                                                  target=resolve_target_path(args.target))
-            arms += [Arm("last_layer features", args.draft, "last_layer"),
+            arms += [Arm("last_layer features", draft, "last_layer"),
                      Arm("sglang config + layers.0 keys", str(bad), "fused", "sglang")]
         r = measure_acceptance(target=args.target, arms=arms, prompts=args.prompts,
                                limit=args.limit, max_new_tokens=args.max_new_tokens,

@@ -11,7 +11,8 @@ from eagle3lab.config import DEFAULT_TARGET
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "serve", help="serve the offline engine over SGLang's native HTTP API (CPU; reference)",
-        description="Serve a target (and, with --draft, the speculative engine) over the "
+        description="Serve a target (and, with --speculative or --draft, the speculative "
+        "engine; --speculative alone uses the default drafter) over the "
         "subset of SGLang's native API the benchmark client uses: /health, /generate (same "
         "request fields; meta_info with completion_tokens, spec_verify_ct, "
         "spec_accept_length, spec_accept_histogram) and /get_server_info "
@@ -22,7 +23,11 @@ def add_parser(sub) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET,
                    help="target model directory or preset name")
     p.add_argument("--draft", default=None,
-                   help="EAGLE-3 draft checkpoint; without it, plain decoding")
+                   help="EAGLE-3 draft checkpoint (implies --speculative); without it and "
+                   "without --speculative, plain decoding")
+    p.add_argument("--speculative", action="store_true",
+                   help="speculative decoding; without --draft, with the default drafter "
+                   "(data/drafters/TARGET for a preset target, else the demo's trained one)")
     p.add_argument("--steps", type=int, default=3, help="draft steps per verify")
     p.add_argument("--topk", type=int, default=1, help="draft top-k (1 = chain)")
     p.add_argument("--draft-tokens", type=int, default=None,
@@ -37,13 +42,16 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from eagle3lab.server.launch import exposure_note
     from eagle3lab.server.reference import serve
+    from eagle3lab.workdir import drafter_or_default
 
+    draft = (drafter_or_default(args.draft, args.target)
+             if args.speculative or args.draft else None)
     note = exposure_note(args.host)
     if note:
         print(f"eagle3lab serve: {note}", flush=True)
     draft_tokens = args.draft_tokens
-    if args.draft and draft_tokens is None and args.topk == 1:
+    if draft and draft_tokens is None and args.topk == 1:
         draft_tokens = args.steps + 1
-    return serve(target=args.target, draft=args.draft, steps=args.steps, topk=args.topk,
+    return serve(target=args.target, draft=draft, steps=args.steps, topk=args.topk,
                  draft_tokens=draft_tokens, host=args.host, port=args.port,
                  device=args.device)

@@ -4,7 +4,8 @@ Prevents training on the wrong tokens: a drafter trained on the system prompt an
 user's words learns to predict text the target never generates. Every conversation keeps
 an explicit loss mask (1 on the assistant's tokens only), built from the same token ids
 that are stored, never re-derived by re-tokenising text. Malformed prompt files fail with
-the file and line named.
+the file and line named. `concat_jsonl` joins conversation files so that a changed mix is
+rewritten (and so refused by the stale shards) instead of silently reused.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from eagle3lab.config import prompts_dir
 from eagle3lab.errors import UserError
-from eagle3lab.fsutil import sha256_file
+from eagle3lab.fsutil import atomic_path, sha256_file
 
 SPLITS = ("train", "eval")
 
@@ -139,3 +140,25 @@ def read_conversations(path: str | os.PathLike) -> list[dict[str, Any]]:
     if not out:
         raise UserError(f"Conversations file {path} is empty.")
     return out
+
+
+def concat_jsonl(parts: list[str | os.PathLike], dst: str | os.PathLike) -> dict[str, Any]:
+    """One conversations file from several (ids are distinct by construction), in order; a
+    part whose last line has no newline gets one. Left untouched when it already holds
+    exactly that (a resumed run extracts the same data); rewritten atomically when the parts
+    changed, so that extract refuses its stale shards instead of silently training on the
+    old mix. Returns the record count and whether the file was rewritten."""
+    parts, dst = [Path(p) for p in parts], Path(dst)
+    missing = [str(p) for p in parts if not p.is_file()]
+    if not parts or missing:
+        raise UserError(f"concat {dst}: " + (f"missing part(s) {', '.join(missing)}; make "
+                        f"them first (`eagle3lab regenerate --out PART`)." if missing
+                        else "no parts given."))
+    chunks = [p.read_bytes() for p in parts]
+    data = b"".join(c + b"\n" if c and not c.endswith(b"\n") else c for c in chunks)
+    same = dst.is_file() and dst.read_bytes() == data
+    if not same:
+        with atomic_path(dst) as tmp:
+            tmp.write_bytes(data)
+    return {"out": str(dst), "records": data.count(b"\n"), "rewritten": not same,
+            "parts": [str(p) for p in parts]}

@@ -8,13 +8,8 @@ redone only when the trained drafter changed), and each stage writes a record
 (WORK/stages/NAME.json: parameters, when and how long it was computed, its key numbers),
 so a re-run reports "reused" with the original timings.
 
-Layout of a work directory (data/runs/default by default):
-  responses/{train,eval}.jsonl (+ .meta.json)   regenerated conversations
-  shards/{train,eval}/                           shards + manifest.json
-  shards/train/vocab_map.safetensors             draft vocab map (train split only)
-  train/                                         the drafter's training run (final/ inside)
-  converted/sglang/                              the drafter in SGLang's format
-  stages/*.json                                  one record per stage
+The work directory's layout (where each stage writes and the next reads) is
+`eagle3lab.workdir.WorkDir`; the stages take one and never spell a path themselves.
 """
 
 from __future__ import annotations
@@ -27,6 +22,7 @@ from typing import Any, Callable
 
 from eagle3lab.config import DEFAULT_TARGET, runs_dir, strict_from_dict
 from eagle3lab.errors import UserError
+from eagle3lab.workdir import WorkDir
 
 #: TrainConfig fields the pipeline sets itself (the work dir decides them).
 _TRAIN_SET_BY_PIPELINE = ("data", "eval_data", "out", "resume", "progress", "stop_after_steps")
@@ -66,21 +62,6 @@ class PipelineConfig:
         return p if (p.is_absolute() or len(p.parts) > 1) else runs_dir() / p
 
 
-def run_dir_paths(run_dir: str | Path) -> dict[str, Path]:
-    run_dir = Path(run_dir)
-    return {
-        "run_dir": run_dir,
-        "responses_train": run_dir / "responses" / "train.jsonl",
-        "responses_eval": run_dir / "responses" / "eval.jsonl",
-        "shards_train": run_dir / "shards" / "train",
-        "shards_eval": run_dir / "shards" / "eval",
-        "train": run_dir / "train",
-        "final": run_dir / "train" / "final",
-        "sglang": run_dir / "converted" / "sglang",
-        "stages": run_dir / "stages",
-    }
-
-
 def run_demo(
     *, run_dir: str | Path | None = None, target: str = DEFAULT_TARGET,
     train_prompts: int = 96, eval_prompts: int = 24, max_new_tokens: int = 160,
@@ -95,7 +76,7 @@ def run_demo(
     from eagle3lab.target.adapter import load_target
     from eagle3lab.data.vocab import build_shard_vocab
 
-    paths = run_dir_paths(run_dir or runs_dir() / "default")
+    wd = WorkDir(run_dir) if run_dir else WorkDir.default()
     t0 = time.time()
     stages: dict[str, Any] = {}
     print(f"[1/4] target: {target}")
@@ -105,25 +86,25 @@ def run_demo(
     for split, n in (("train", train_prompts), ("eval", eval_prompts)):
         print(f"[2/4] regenerate {split}: {n} prompts, up to {max_new_tokens} new tokens each")
         stages[f"regenerate_{split}"] = regenerate(
-            target=tgt, prompts=split, out=paths[f"responses_{split}"], limit=n,
+            target=tgt, prompts=split, out=wd.responses(split), limit=n,
             max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress)
     for split in ("train", "eval"):
         print(f"[3/4] extract {split}")
         stages[f"extract_{split}"] = extract(
-            conversations=paths[f"responses_{split}"], out=paths[f"shards_{split}"],
+            conversations=wd.responses(split), out=wd.shards(split),
             target=tgt, model_dtype=dtype, progress=progress)
     print(f"[4/4] draft vocab map ({draft_vocab_size} tokens) from the train shards")
-    stages["vocab"] = build_shard_vocab(data=paths["shards_train"],
+    stages["vocab"] = build_shard_vocab(data=wd.shards_train,
                                         draft_vocab_size=draft_vocab_size)
     stages["seconds"] = time.time() - t0
-    stages["paths"] = {k: str(v) for k, v in paths.items()}
+    stages["paths"] = {k: str(v) for k, v in wd.as_dict().items()}
     return stages
 
 
 # ---------------------------------------------------------------------------------------
 # Stages: each returns {"reused": bool, "numbers": {...}}; run_stage keeps the record.
 # ---------------------------------------------------------------------------------------
-def stage_target(cfg: PipelineConfig, paths: dict[str, Path], progress: bool) -> dict[str, Any]:
+def stage_target(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, Any]:
     """Convert and verify the preset once (idempotent); a directory or hub id is checked."""
     from eagle3lab.config import TARGET_PRESETS, preset_dir
     from eagle3lab.target.default import prepare_target
@@ -137,17 +118,17 @@ def stage_target(cfg: PipelineConfig, paths: dict[str, Path], progress: bool) ->
     return {"reused": reused, "numbers": {"target": cfg.target, "path": str(path)}}
 
 
-def stage_data(cfg: PipelineConfig, paths: dict[str, Path], progress: bool) -> dict[str, Any]:
+def stage_data(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, Any]:
     """Regenerate train/eval responses, extract both shard sets, build the vocab map."""
-    from eagle3lab.data.shards import read_manifest
+    from eagle3lab.data.shards import MANIFEST, read_manifest
 
     def vocab_entry():
-        m = paths["shards_train"] / "manifest.json"
-        return read_manifest(paths["shards_train"]).get("vocab_map") if m.exists() else None
+        m = wd.shards_train / MANIFEST
+        return read_manifest(wd.shards_train).get("vocab_map") if m.exists() else None
 
     before = vocab_entry()
     try:
-        s = run_demo(run_dir=paths["run_dir"], target=cfg.target,
+        s = run_demo(run_dir=wd.root, target=cfg.target,
                      train_prompts=cfg.train_prompts, eval_prompts=cfg.eval_prompts,
                      max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
                      draft_vocab_size=cfg.draft_vocab_size, device=cfg.device,
@@ -155,10 +136,10 @@ def stage_data(cfg: PipelineConfig, paths: dict[str, Path], progress: bool) -> d
     except UserError as e:
         raise UserError(f"{e} (In a report these settings come from the parameters file's "
                         f"pipeline section; for other settings use another "
-                        f"pipeline.work_dir than {paths['run_dir']}.)") from None
+                        f"pipeline.work_dir than {wd.root}.)") from None
     for split in ("train", "eval"):
         if not s[f"extract_{split}"]["complete"]:
-            raise UserError(f"extract {split}: the shards in {paths[f'shards_{split}']} are "
+            raise UserError(f"extract {split}: the shards in {wd.shards(split)} are "
                             f"incomplete after the run; re-run to resume.")
     new = sum(s[f"regenerate_{x}"]["new_records"] for x in ("train", "eval")) + sum(
         s[f"extract_{x}"]["new_shards"] for x in ("train", "eval"))
@@ -175,25 +156,25 @@ def stage_data(cfg: PipelineConfig, paths: dict[str, Path], progress: bool) -> d
         "vocab_coverage": s["vocab"]["coverage"]}}
 
 
-def stage_train(cfg: PipelineConfig, paths: dict[str, Path], progress: bool) -> dict[str, Any]:
+def stage_train(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, Any]:
     """Train the drafter on the train shards (held-out eval shards); a finished run with the
     same settings is returned as is, an interrupted one resumed."""
     from eagle3lab.train import is_finished, read_run, train
 
-    reused = is_finished(paths["train"])
-    kwargs = {"device": cfg.device, **cfg.train, "data": str(paths["shards_train"]),
-              "eval_data": str(paths["shards_eval"]), "out": str(paths["train"]),
+    reused = is_finished(wd.train_run)
+    kwargs = {"device": cfg.device, **cfg.train, "data": str(wd.shards_train),
+              "eval_data": str(wd.shards_eval), "out": str(wd.train_run),
               "resume": True, "progress": progress}
     try:
         summary = train(**kwargs)
     except UserError as e:
         raise UserError(f"{e} (The pipeline's train settings come from the parameters "
                         f"file's pipeline.train; to train with other settings use another "
-                        f"pipeline.work_dir, or delete {paths['train']}.)") from None
+                        f"pipeline.work_dir, or delete {wd.train_run}.)") from None
     if summary.get("status") != "done":
-        raise UserError(f"training in {paths['train']} stopped at step {summary.get('step')}; "
+        raise UserError(f"training in {wd.train_run} stopped at step {summary.get('step')}; "
                         f"re-run to resume it.")
-    run = read_run(paths["train"])
+    run = read_run(wd.train_run)
     return {"reused": reused, "numbers": {
         "steps": summary["steps"], "tokens": summary["tokens"],
         "wall_s": summary["wall_s"], "tokens_per_s": summary["tokens_per_s"],
@@ -207,12 +188,12 @@ def _fingerprint(directory: Path) -> dict[str, str]:
             if p.is_file() and p.suffix in (".json", ".safetensors")}
 
 
-def stage_convert(cfg: PipelineConfig, paths: dict[str, Path], progress: bool) -> dict[str, Any]:
+def stage_convert(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, Any]:
     """Convert the trained drafter to SGLang's format (redone only when it changed)."""
     from eagle3lab.formats.convert import convert_checkpoint
 
-    src, dst = paths["final"], paths["sglang"]
-    record = read_stage_record(paths, "convert")
+    src, dst = wd.final, wd.sglang_copy
+    record = read_stage_record(wd, "convert")
     fp = _fingerprint(src)
     if (record and record.get("numbers", {}).get("source_fingerprint") == fp
             and (dst / "config.json").exists()):
@@ -224,16 +205,16 @@ def stage_convert(cfg: PipelineConfig, paths: dict[str, Path], progress: bool) -
         "source_fingerprint": fp}}
 
 
-#: Stage name -> function(cfg, paths, progress) -> {"reused", "numbers"}.
-STAGES: dict[str, Callable[[PipelineConfig, dict[str, Path], bool], dict[str, Any]]] = {
+#: Stage name -> function(cfg, work dir, progress) -> {"reused", "numbers"}.
+STAGES: dict[str, Callable[[PipelineConfig, WorkDir, bool], dict[str, Any]]] = {
     "target": stage_target, "data": stage_data, "train": stage_train, "convert": stage_convert,
 }
 
 
-def read_stage_record(paths: dict[str, Path], name: str) -> dict[str, Any] | None:
+def read_stage_record(wd: WorkDir, name: str) -> dict[str, Any] | None:
     import json
 
-    p = paths["stages"] / f"{name}.json"
+    p = wd.stage_record(name)
     return json.loads(p.read_text()) if p.exists() else None
 
 
@@ -242,13 +223,13 @@ def run_stage(name: str, cfg: PipelineConfig, *, progress: bool = True) -> dict[
     from eagle3lab import __version__
     from eagle3lab.fsutil import atomic_write_json
 
-    paths = run_dir_paths(cfg.work_path())
-    paths["stages"].mkdir(parents=True, exist_ok=True)
+    wd = WorkDir(cfg.work_path())
+    wd.stages.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    res = STAGES[name](cfg, paths, progress)
+    res = STAGES[name](cfg, wd, progress)
     now = datetime.datetime.now().isoformat(timespec="seconds")
-    old = read_stage_record(paths, name) or {}
-    record = {"stage": name, "eagle3lab": __version__, "work_dir": str(paths["run_dir"]),
+    old = read_stage_record(wd, name) or {}
+    record = {"stage": name, "eagle3lab": __version__, "work_dir": str(wd.root),
               "params": dataclasses.asdict(cfg), "reused": res["reused"],
               "checked_at": now, "check_s": round(time.time() - t0, 2),
               "numbers": res["numbers"]}
@@ -258,5 +239,5 @@ def run_stage(name: str, cfg: PipelineConfig, *, progress: bool = True) -> dict[
                           k: v for k, v in res["numbers"].items() if v is not None}})
     else:
         record.update(computed_at=now, computed_s=record["check_s"])
-    atomic_write_json(paths["stages"] / f"{name}.json", record)
+    atomic_write_json(wd.stage_record(name), record)
     return record

@@ -9,10 +9,13 @@ not declare is reported, never dropped silently).
 A step is either a library stage (eagle3lab.report.pipeline.STAGES; reused when complete) or a
 notebook in notebooks/. `locked` parameters are derived from the pipeline (work dir, target,
 the report's own directory) and may not be overridden in a parameters file; `soft` ones are
-defaults that `common:` or a notebook's section may override. Placeholders: {work} (the
-pipeline's work dir), {target}, {device}, {out} (this report's directory), {scratch} (a
+defaults that `common:` or a notebook's section may override. Placeholders
+(`wiring_context`): {work} (the pipeline's work dir) and each path of its layout by its
+`eagle3lab.workdir.WorkDir` name ({shards_train}, {train_run}, {final}, {sglang_copy},
+{studies}, ...), {target}, {device}, {out} (this report's directory), {scratch} (a
 temporary directory removed when the report ends: for measurements that must be fresh),
-{default_drafter} (the drafter shipped in data/drafters/TARGET, else the pipeline's).
+{default_drafter} (`eagle3lab.workdir.default_drafter`: the drafter shipped in
+data/drafters/TARGET, else the one the pipeline trains).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eagle3lab.errors import UserError
+from eagle3lab.workdir import WorkDir, default_drafter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,16 +48,16 @@ PLAN: list[Step] = [
          about="regenerate + extract at small size, measured afresh: tokens/s, bytes/token"),
     Step("train", "stage", ("data",), about="train the drafter on the train shards"),
     Step("02_training_curves", "notebook", ("train",),
-         locked={"run_dirs": ["{work}/train"]}, soft={"names": ["pipeline drafter"]},
+         locked={"run_dirs": ["{train_run}"]}, soft={"names": ["pipeline drafter"]},
          about="loss and accuracy per TTT position, plateaus"),
     Step("convert", "stage", ("train",), about="convert the drafter to SGLang's format"),
     Step("03_inspect_checkpoint", "notebook", ("convert",),
-         locked={"checkpoint": "{work}/converted/sglang", "target": "{target}"},
-         soft={"engine": "sglang", "second_checkpoint": "{work}/train/final",
-               "token_counts": "{work}/shards/train"},
+         locked={"checkpoint": "{sglang_copy}", "target": "{target}"},
+         soft={"engine": "sglang", "second_checkpoint": "{final}",
+               "token_counts": "{shards_train}"},
          about="checkpoint doctor on the converted drafter, diff against the original"),
     Step("05_acceptance", "notebook", ("train",),
-         locked={"target": "{target}", "drafts": ["{default_drafter}", "{work}/train/final"]},
+         locked={"target": "{target}", "drafts": ["{default_drafter}", "{final}"]},
          about="offline acceptance: tau, per-position acceptance, speedup"),
     Step("04_live_server", "notebook", ("train",),
          locked={"target": "{target}", "draft": "{default_drafter}",
@@ -61,11 +65,21 @@ PLAN: list[Step] = [
          soft={"engine": "reference", "device": "{device}"},
          about="reference server with and without speculation"),
     Step("06_grokking_vs_data", "notebook", ("data",),
-         locked={"train_data": "{work}/shards/train", "eval_data": "{work}/shards/eval",
-                 "study_dir": "{work}/studies/grokking-vs-data"},
+         locked={"train_data": "{shards_train}", "eval_data": "{shards_eval}",
+                 "study_dir": "{studies}/grokking-vs-data"},
          soft={"device": "{device}", "demo": False},
          about="grokking vs more data at equal compute"),
 ]
+
+
+def wiring_context(*, work: WorkDir, target: str, device: str, out: Path,
+                   scratch: Path) -> dict[str, str]:
+    """The placeholders' values for one report (see the module docstring)."""
+    ctx = {name: str(path) for name, path in work.as_dict().items() if name != "root"}
+    ctx.update(work=str(work.root), target=target, device=device, out=str(out),
+               scratch=str(scratch),
+               default_drafter=default_drafter(target, work=work) or str(work.final))
+    return ctx
 
 
 def fill(value: Any, ctx: dict[str, str]) -> Any:

@@ -15,7 +15,9 @@ into the report directory:
 
 A failing step skips only the steps that depend on it; notebooks that are not in
 notebooks/ yet are listed as missing. Key numbers come from `record_summary` outputs
-(eagle3lab.report.summary), never from scraping text.
+(eagle3lab.report.summary), never from scraping text. This module only orchestrates: one
+notebook's run is eagle3lab.report.execute, the versions recorded are
+eagle3lab.report.environment, the wiring is eagle3lab.report.plan.
 """
 
 from __future__ import annotations
@@ -25,91 +27,28 @@ import datetime
 import json
 import logging
 import os
-import platform
-import re
 import shutil
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from eagle3lab import __version__
 from eagle3lab.config import repo_root
 from eagle3lab.errors import UserError
-from eagle3lab.report.plan import PLAN, Step, check_plan, notebook_path, selected_steps
+from eagle3lab.report.environment import versions
+from eagle3lab.report.execute import declared_parameters, error_info, run_notebook
+from eagle3lab.report.plan import (PLAN, Step, check_plan, notebook_path, selected_steps,
+                                   wiring_context)
+from eagle3lab.workdir import WorkDir
 
 REPORT_FORMAT = "eagle3lab-report"
 REPORT_VERSION = 1
 #: Default execution timeout per notebook cell (seconds).
 DEFAULT_TIMEOUT_S = 1800.0
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-def versions() -> dict[str, str]:
-    """Versions of what computed the report (packages, Python, machine)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"eagle3lab": __version__, "python": platform.python_version()}
-    for pkg in ("torch", "transformers", "speculators", "papermill", "nbconvert"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "not installed"
-    out["platform"] = platform.platform()
-    out["cpus"] = str(os.cpu_count())
-    try:
-        import torch
-
-        out["accelerator"] = (torch.cuda.get_device_name(0) if torch.cuda.is_available()
-                              else "none (CPU)")
-    except Exception:  # noqa: BLE001 - versions must never fail a report
-        out["accelerator"] = "unknown"
-    return out
 
 
 def default_out_dir() -> Path:
     return repo_root() / "reports" / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-
-
-def _error_info(exc: BaseException) -> dict[str, Any]:
-    tb = getattr(exc, "traceback", None)
-    text = "\n".join(tb) if isinstance(tb, list) else "".join(
-        traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return {"ename": getattr(exc, "ename", None) or type(exc).__name__,
-            "evalue": str(getattr(exc, "evalue", None) or exc).strip()[:2000],
-            "traceback": _ANSI.sub("", text)[-6000:]}
-
-
-def failed_cell(nb_path: Path) -> dict[str, Any] | None:
-    """Where an executed notebook stopped: the cell papermill marked with the exception,
-    else (a timeout, a dead kernel) the last cell that started. Index among the source
-    notebook's cells (counted from 0, markdown included), execution count, first line."""
-    if not nb_path.exists():
-        return None
-    nb = json.loads(nb_path.read_text())
-    added, last_started = 0, None  # added: cells papermill inserted (parameters, banner)
-    for i, cell in enumerate(nb.get("cells", [])):
-        tags = cell.get("metadata", {}).get("tags", [])
-        if "injected-parameters" in tags or "papermill-error-cell-tag" in tags:
-            added += 1
-            continue
-        pm_meta = cell.get("metadata", {}).get("papermill", {})
-        if pm_meta.get("start_time"):
-            last_started = (i, added, cell)
-        if pm_meta.get("exception"):
-            return _cell_info(i, added, cell)
-    return _cell_info(*last_started) if last_started else None
-
-
-def _cell_info(i: int, added: int, cell: dict) -> dict[str, Any]:
-    src = "".join(cell.get("source", "")).strip().splitlines()
-    err = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
-    return {"cell_index": i - added, "executed_cell_index": i,
-            "execution_count": cell.get("execution_count"),
-            "source_first_line": src[0][:200] if src else "",
-            "ename": err.get("ename") if err else None,
-            "evalue": err.get("evalue") if err else None}
 
 
 class _Log:
@@ -140,16 +79,6 @@ class _Log:
         self.handler.close()
 
 
-def shipped_drafter(target: str) -> Path | None:
-    """The drafter shipped in the repository for a preset target (data/drafters/NAME)."""
-    from eagle3lab.config import TARGET_PRESETS, repo_root
-
-    if str(target) not in TARGET_PRESETS:
-        return None
-    path = repo_root() / "data" / "drafters" / str(target)
-    return path if (path / "config.json").is_file() else None
-
-
 def run_report(
     *, params: str | os.PathLike | dict | None = None, only: list[str] | None = None,
     out: str | os.PathLike | None = None, timeout_s: float | None = None,
@@ -172,7 +101,7 @@ def run_report(
     check_plan(plan)
     nb_dir = Path(notebooks_dir) if notebooks_dir else repo_root() / "notebooks"
     chosen = selected_steps(plan, only)
-    declared = _declared_parameters(plan, nb_dir)
+    declared = declared_parameters(plan, nb_dir)
     rp = parse_params(params, plan, declared)
     timeout = float(timeout_s or rp.timeout_s or DEFAULT_TIMEOUT_S)
     out_dir = Path(out) if out else default_out_dir()
@@ -180,9 +109,8 @@ def run_report(
     out_dir = out_dir.resolve()
     work = rp.pipeline.work_path().resolve()
     scratch = Path(tempfile.mkdtemp(prefix="eagle3lab-report-"))  # removed at the end
-    ctx = {"work": str(work), "target": rp.pipeline.target, "device": rp.pipeline.device,
-           "out": str(out_dir), "scratch": str(scratch),
-           "default_drafter": str(shipped_drafter(rp.pipeline.target) or work / "train" / "final")}
+    ctx = wiring_context(work=WorkDir(work), target=rp.pipeline.target,
+                         device=rp.pipeline.device, out=out_dir, scratch=scratch)
     # Idle OpenMP threads sleep instead of spinning: on a small shared CPU, spinning
     # threads of one process stall the others (kernels inherit this environment).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -233,9 +161,11 @@ def run_report(
                 entry["notes"] = notes
                 for note in notes:
                     log(f"{tag}: warning: {note}")
-                _run_notebook(step, nb_dir, out_dir, params_used, entry, tag, log, timeout,
-                              kernel_name)
+                log(f"{tag}: running with {len(params_used)} parameter(s)")
                 nb_out = out_dir / f"{step.name}.ipynb"
+                entry.update(run_notebook(notebook_path(nb_dir, step.name), nb_out,
+                                          parameters=params_used, timeout_s=timeout,
+                                          kernel_name=kernel_name, cwd=out_dir))
                 if nb_out.exists():
                     entry["ipynb"] = nb_out.name
                     entry["summary"] = read_summary(nb_out)
@@ -266,17 +196,6 @@ def run_report(
     return report
 
 
-def _declared_parameters(plan: list[Step], nb_dir: Path) -> dict[str, dict | None]:
-    import papermill as pm
-
-    out: dict[str, dict | None] = {}
-    for s in plan:
-        if s.kind == "notebook":
-            p = notebook_path(nb_dir, s.name)
-            out[s.name] = dict(pm.inspect_notebook(str(p))) if p.exists() else None
-    return out
-
-
 def _run_stage(step: Step, rp, entry: dict, tag: str, log, progress: bool) -> None:
     from eagle3lab.report.pipeline import run_stage
 
@@ -290,28 +209,6 @@ def _run_stage(step: Step, rp, entry: dict, tag: str, log, progress: bool) -> No
         if isinstance(e, KeyboardInterrupt):
             raise
         entry["status"] = "failed"
-        entry["error"] = _error_info(e)
+        entry["error"] = error_info(e)
         if isinstance(e, UserError):
             entry["error"]["traceback"] = ""
-
-
-def _run_notebook(step: Step, nb_dir: Path, out_dir: Path, params: dict, entry: dict,
-                  tag: str, log, timeout: float, kernel_name: str) -> None:
-    import papermill as pm
-
-    log(f"{tag}: running with {len(params)} parameter(s)")
-    nb_out = out_dir / f"{step.name}.ipynb"
-    try:
-        pm.execute_notebook(str(notebook_path(nb_dir, step.name)), str(nb_out),
-                            parameters=params, kernel_name=kernel_name,
-                            execution_timeout=timeout, log_output=True, progress_bar=False,
-                            cwd=str(out_dir),
-                            # the kernel's own start-up chatter (not cell output) stays quiet
-                            extra_arguments=["--IPKernelApp.log_level=ERROR"])
-        entry["status"] = "ok"
-    except KeyboardInterrupt:
-        raise
-    except Exception as e:  # noqa: BLE001 - any failure is recorded, the run goes on
-        entry["status"] = "failed"
-        entry["error"] = _error_info(e)
-        entry["failed_cell"] = failed_cell(nb_out)

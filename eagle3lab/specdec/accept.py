@@ -28,22 +28,6 @@ class Arm:
     load_as: str | None = None
 
 
-def default_drafter(target: str = DEFAULT_TARGET) -> str | None:
-    """The drafter the demo uses when the user gives none: the one shipped in the repository
-    (data/drafters/<target>), else the demo run's trained one, else None."""
-    from pathlib import Path
-
-    from eagle3lab.config import TARGET_PRESETS, data_root, repo_root
-
-    if str(target) not in TARGET_PRESETS:
-        return None
-    for path in (repo_root() / "data" / "drafters" / str(target),
-                 data_root() / "runs" / "default" / "train" / "final"):
-        if (Path(path) / "config.json").is_file():
-            return str(path)
-    return None
-
-
 def fastest_cpu_dtype() -> str:
     """The dtype that decodes fastest on this CPU: bfloat16 where the CPU has native bf16
     (avx512_bf16 / AMX; with one thread it is the fastest for plain decoding too, and its

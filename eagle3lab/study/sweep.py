@@ -256,18 +256,18 @@ def demo_data(out: str | os.PathLike, *, target: str | None = None, n_train: int
     from eagle3lab.data.prompts import Prompt, chat_prompt_ids, conversation_record
     from eagle3lab.target.adapter import load_target
     from eagle3lab.data.vocab import build_shard_vocab
+    from eagle3lab.workdir import WorkDir
 
-    out = Path(out)
-    dirs = {"train": out / "shards" / "train", "eval": out / "shards" / "eval"}
-    if all((d / "manifest.json").exists() for d in dirs.values()) and \
-            (dirs["train"] / "vocab_map.safetensors").exists():
+    wd = WorkDir(Path(out))
+    dirs = {"train": wd.shards_train, "eval": wd.shards_eval}
+    if all((d / "manifest.json").exists() for d in dirs.values()) and wd.vocab_map.exists():
         return {k: str(v) for k, v in dirs.items()}
     tgt = load_target(target or DEFAULT_TARGET, device="cpu")
     tok = tgt.tokenizer
     words = "the a model token draft layer state speed test data run fast slow good".split()
     for split, n, s in (("train", n_train, seed), ("eval", n_eval, seed + 1000)):
         rng = random.Random(s)
-        path = out / f"{split}.jsonl"
+        path = wd.responses(split)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w") as f:
             for i in range(n):

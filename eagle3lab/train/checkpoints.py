@@ -1,11 +1,13 @@
-"""The run directory: run.json, atomic checkpoints, exact resume, final/.
+"""The run directory: run.json, atomic checkpoints, exact resume, final/, and the packed
+copy of final/ that is shipped.
 
 Prevents a run that cannot be trusted after a crash: checkpoints are written atomically
 (temp dir, then rename) with the optimizer, scheduler, data position and RNG, so a resumed
 run logs exactly what an uninterrupted run logs; metrics lines logged after the checkpoint
 it resumes from (work lost in the interruption) and torn lines are dropped, so they are
 recomputed instead of logged twice. A checkpoint made with another configuration is
-refused instead of half-loaded.
+refused instead of half-loaded. `pack_drafter` makes the shipping copy (bf16, without the
+embedding the target already has) atomically, so a half-written drafter never ships.
 
 Layout: RUN_DIR/run.json, metrics.jsonl, checkpoints/step-N/ (speculators save_pretrained +
 trainer_state.pt + checkpoint.json), final/ (speculators format + eagle3lab.json).
@@ -20,7 +22,8 @@ from typing import Any
 
 from eagle3lab import __version__
 from eagle3lab.errors import UserError
-from eagle3lab.fsutil import atomic_dir, atomic_write_json, atomic_write_text
+from eagle3lab.fsutil import atomic_dir, atomic_write_json, atomic_write_text, sha256_file
+from eagle3lab.workdir import FINAL
 
 RUN_FORMAT = "eagle3lab-run"
 RUN_VERSION = 1
@@ -112,13 +115,20 @@ def save_checkpoint(out: Path, model, opt, sched, state: dict, keep: int) -> Pat
     return final
 
 
-def load_checkpoint(ckpt: Path, model, opt, sched) -> dict:
-    import torch
+def _load_weights(directory: Path) -> dict:
+    """Every tensor of a saved model's *.safetensors files (sharded or not)."""
     from safetensors.torch import load_file
 
     weights = {}
-    for f in sorted(ckpt.glob("*.safetensors")):
+    for f in sorted(directory.glob("*.safetensors")):
         weights.update(load_file(str(f)))
+    return weights
+
+
+def load_checkpoint(ckpt: Path, model, opt, sched) -> dict:
+    import torch
+
+    weights = _load_weights(ckpt)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     bad = [k for k in missing if not k.startswith("verifier_")] + list(unexpected)
     if bad:
@@ -144,9 +154,35 @@ def truncate_metrics(path: Path, step: int) -> None:
     atomic_write_text(path, "".join(x + "\n" for x in keep))
 
 
-def save_final(out: Path, model, info: dict[str, Any]) -> None:
+def save_final(out: Path, model, info: dict[str, Any]) -> Path:
     """RUN_DIR/final/: the drafter in speculators format + eagle3lab.json describing it."""
-    with atomic_dir(out / "final") as tmp:
+    with atomic_dir(out / FINAL) as tmp:
         save_pretrained(model, tmp)
         atomic_write_json(tmp / "eagle3lab.json", {k: info[k] for k in (
             "format", "version", "versions", "data", "drafter", "metric_definitions")})
+    return out / FINAL
+
+
+def pack_drafter(final: str | os.PathLike, dst: str | os.PathLike) -> dict[str, Any]:
+    """Copy a trained speculators drafter (a run's final/) for shipping: without
+    `embed_tokens` (the target's own; `load_drafter` and the engines take the target's),
+    floating tensors in bf16, with its config.json and eagle3lab.json; written atomically.
+    Returns the file facts (path, bytes, sha256, parameter count)."""
+    import torch
+    from safetensors.torch import save_file
+
+    final, dst = Path(final), Path(dst)
+    if not (final / "config.json").is_file() or not any(final.glob("*.safetensors")):
+        raise UserError(f"{final} is not a trained drafter (it needs config.json and "
+                        f"*.safetensors: a training run's {FINAL}/ directory).")
+    weights = _load_weights(final)
+    keep = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous()
+            for k, v in weights.items() if k != "embed_tokens.weight"}
+    with atomic_dir(dst) as tmp:
+        save_file(keep, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        for name in ("config.json", "eagle3lab.json"):
+            if (final / name).exists():
+                (tmp / name).write_text((final / name).read_text())
+    f = dst / "model.safetensors"
+    return {"path": str(dst), "bytes": f.stat().st_size, "sha256": sha256_file(f),
+            "params": sum(v.numel() for v in keep.values())}

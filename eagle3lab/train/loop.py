@@ -272,8 +272,8 @@ def _train_run(cfg: TrainConfig) -> dict[str, Any]:
         info["status"] = "stopped"
         atomic_write_json(run_path, info)
         return {"run_dir": str(out), "status": "stopped", "step": state["step"]}
-    save_final(out, model, info)
-    summary = {"run_dir": str(out), "status": "done", "final": str(out / "final"),
+    final = save_final(out, model, info)
+    summary = {"run_dir": str(out), "status": "done", "final": str(final),
                "steps": state["step"], "tokens": state["tokens"],
                "wall_s": round(state["wall_s"], 2),
                "tokens_per_s": state["tokens"] / state["wall_s"] if state["wall_s"] else None}

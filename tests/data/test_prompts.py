@@ -42,3 +42,49 @@ def test_limit_and_default_ids(tmp_path):
     p.write_text("".join(json.dumps({"prompt": f"q{i}"}) + "\n" for i in range(5)))
     got = load_prompts(p, limit=3)
     assert [x.id for x in got] == ["p-1", "p-2", "p-3"]
+
+
+# ---------------------------------------------------------------------------------------
+# concat_jsonl: the training conversations of bench/gpu_pipeline.py from several parts
+# ---------------------------------------------------------------------------------------
+def test_concat_jsonl_joins_parts_and_rewrites_only_on_change(tmp_path, tiny_target):
+    import os
+
+    from eagle3lab.data.prompts import concat_jsonl, read_conversations
+    from testutil import write_conversations
+
+    a = write_conversations(tmp_path / "a.jsonl", tiny_target.tokenizer, n=3, seed=0)
+    b = write_conversations(tmp_path / "b.jsonl", tiny_target.tokenizer, n=2, seed=1)
+    dst = tmp_path / "responses" / "train.jsonl"
+    r = concat_jsonl([a, b], dst)
+    assert r == {"out": str(dst), "records": 5, "rewritten": True, "parts": [str(a), str(b)]}
+    got = read_conversations(dst)
+    assert got == read_conversations(a) + read_conversations(b)  # in order, whole records
+
+    mtime = dst.stat().st_mtime_ns
+    os.utime(dst, ns=(mtime - 10**9, mtime - 10**9))
+    again = concat_jsonl([a, b], dst)  # a resumed run: the same data, left untouched
+    assert again["rewritten"] is False and again["records"] == 5
+    assert dst.stat().st_mtime_ns == mtime - 10**9
+    assert concat_jsonl([b], dst)["rewritten"] is True  # the mix changed: rewritten
+    assert read_conversations(dst) == read_conversations(b)
+
+
+def test_concat_jsonl_ends_every_part_with_a_newline(tmp_path):
+    from eagle3lab.data.prompts import concat_jsonl
+
+    (tmp_path / "a.jsonl").write_text('{"id": 1}')  # no newline after the last record
+    (tmp_path / "b.jsonl").write_text('{"id": 2}\n')
+    r = concat_jsonl([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], tmp_path / "out.jsonl")
+    assert r["records"] == 2
+    assert [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()] == [
+        {"id": 1}, {"id": 2}]
+
+
+def test_concat_jsonl_names_a_missing_part(tmp_path):
+    from eagle3lab.data.prompts import concat_jsonl
+
+    (tmp_path / "a.jsonl").write_text('{"id": 1}\n')
+    with pytest.raises(UserError, match=r"missing part\(s\) .*nope\.jsonl"):
+        concat_jsonl([tmp_path / "a.jsonl", tmp_path / "nope.jsonl"], tmp_path / "out.jsonl")
+    assert not (tmp_path / "out.jsonl").exists()

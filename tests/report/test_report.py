@@ -40,10 +40,10 @@ def test_summary_bundle_round_trips_and_cleans_values():
 # Parameters files
 # ---------------------------------------------------------------------------------------
 def _declared():
-    from eagle3lab.report.run import _declared_parameters
+    from eagle3lab.report.execute import declared_parameters
     from eagle3lab.report.plan import PLAN
 
-    return _declared_parameters(PLAN, REPO / "notebooks")
+    return declared_parameters(PLAN, REPO / "notebooks")
 
 
 def _parse(raw):
@@ -248,11 +248,13 @@ def test_report_end_to_end_on_a_tiny_target(tiny_report):
 @pytest.mark.real
 @pytest.mark.slow
 def test_second_run_reuses_every_stage(tiny_report, tmp_path):
+    from eagle3lab.data.regenerate import meta_path
     from eagle3lab.report.run import run_report
+    from eagle3lab.workdir import WorkDir
 
     first, params, _ = tiny_report
-    work = Path(first["work_dir"])
-    run_json = (work / "train" / "run.json").stat().st_mtime_ns
+    work = WorkDir(first["work_dir"])
+    run_json = (work.train_run / "run.json").stat().st_mtime_ns
     rep = run_report(params=params, only=["convert"], out=tmp_path / "again", progress=False,
                      echo=None)
     stages = {e["name"]: e for e in rep["steps"] if e["kind"] == "stage"}
@@ -260,9 +262,9 @@ def test_second_run_reuses_every_stage(tiny_report, tmp_path):
         "target": "reused", "data": "reused", "train": "reused", "convert": "reused"}
     assert all(e["status"] == "not selected" for e in rep["steps"] if e["kind"] == "notebook")
     for split in ("train", "eval"):
-        meta = json.loads((work / "responses" / f"{split}.jsonl.meta.json").read_text())
+        meta = json.loads(meta_path(work.responses(split)).read_text())
         assert meta["last_run"]["new_records"] == 0  # regenerate did nothing
-    assert (work / "train" / "run.json").stat().st_mtime_ns == run_json  # not retrained
+    assert (work.train_run / "run.json").stat().st_mtime_ns == run_json  # not retrained
     # the record keeps when and how long the stage was computed the first time
     first_data = next(e for e in first["steps"] if e["name"] == "data")["record"]
     assert stages["data"]["record"]["computed_at"] == first_data["computed_at"]

@@ -66,3 +66,31 @@ def test_draft_needs_the_speculative_engine(monkeypatch):
     with pytest.raises(UserError, match="speculative engine"):
         reference.load_engine(target="smollm2-135m-instruct", draft="/some/draft", steps=3,
                               topk=1, draft_tokens=4)
+
+
+def test_speculative_without_a_draft_or_a_default_is_a_clear_error(capsys):
+    from eagle3lab.cli import main
+
+    rc = main(["serve", "--target", "/some/hf-target", "--speculative", "--port", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "No drafter given (--draft)" in err
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_speculative_serves_the_default_drafter(tmp_path, default_target_dir, no_orphans):
+    """`eagle3lab serve --speculative` (no --draft) serves the shipped default drafter."""
+    from eagle3lab.workdir import default_drafter
+
+    cfg = LaunchConfig(engine="reference", target="smollm2-135m-instruct", port=0,
+                       device="cpu", extra_args=["--speculative"])
+    h = start(cfg, run_dir=tmp_path / "run", name="speculative")
+    try:
+        st = h.watchdog(silence_s=60, poll_s=0.3).wait(180)
+        assert st["verdict"] == "ready", st
+        info = server_info(h.url)
+        assert info["speculative_algorithm"] == "EAGLE3"
+        assert info["speculative_draft_model_path"] == default_drafter()
+        assert info["speculative_num_draft_tokens"] == 4  # steps 3 + 1, as for --draft
+    finally:
+        h.stop()

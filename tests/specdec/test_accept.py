@@ -91,3 +91,22 @@ def test_threads_are_set_for_the_measurement_and_restored(tiny_target_dir, tiny_
     assert r["settings"]["threads"] == 1 and r["settings"]["dtype"] == "float32"
     assert torch.get_num_threads() == before
     assert fastest_cpu_dtype() in ("bfloat16", "float32")
+
+
+def test_cli_accept_without_a_draft_and_no_default_is_a_clear_error(tiny_target_dir, capsys):
+    from eagle3lab.cli import main
+
+    rc = main(["accept", "--target", str(tiny_target_dir), "--limit", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "No drafter given (--draft)" in err and "Pass --draft" in err
+
+
+@pytest.mark.real
+def test_cli_accept_uses_the_default_drafter(default_target_dir, capsys):
+    from eagle3lab.cli import main
+    from eagle3lab.workdir import default_drafter
+
+    rc = main(["accept", "--limit", "1", "--max-new-tokens", "4", "--steps", "2", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["arms"][0]["draft"] == default_drafter() and out["arms"][0]["matches_plain"] == 1

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lab.specdec.accept import Arm, default_drafter, measure_acceptance
+from eagle3lab.specdec.accept import Arm, measure_acceptance
+from eagle3lab.workdir import default_drafter
 
 DRAFTER = Path(__file__).resolve().parents[2] / "data" / "drafters" / "smollm2-135m-instruct"
 

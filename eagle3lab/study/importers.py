@@ -98,10 +98,11 @@ def read_tfevents(path: str | os.PathLike) -> list[tuple[int, str, float]]:
     """Scalars (step, tag, value) from TensorBoard event files: a file, or a directory
     searched recursively (files in name order, i.e. in the order they were started).
 
-    Read with tensorboard's own event reader, as its scalars dashboard reads them: both
-    `add_scalar` encodings (simple_value and the scalars plugin's tensors) are scalars, and
-    a torn last record (a run killed mid-write) is skipped."""
-    from tensorboard.backend.event_processing import plugin_event_accumulator as pea
+    Read with tensorboard's own EventAccumulator, every value kept (no reservoir sampling,
+    no purge of steps a restarted run logged again): both `add_scalar` encodings count,
+    simple_value and the scalars plugin's tensor (TF2, `new_style=True`). A torn last
+    record (a run killed mid-write) is skipped."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
     from tensorboard.util import tensor_util
 
     p = Path(path)
@@ -110,14 +111,19 @@ def read_tfevents(path: str | os.PathLike) -> list[tuple[int, str, float]]:
         raise UserError(f"No TensorBoard event files (events.out.tfevents.*) under {p}.")
     out = []
     for f in files:
-        acc = pea.EventAccumulator(str(f), size_guidance={pea.TENSORS: 0},
-                                   purge_orphaned_data=False)  # keep every logged value
+        acc = ea.EventAccumulator(str(f), size_guidance={ea.SCALARS: 0, ea.TENSORS: 0},
+                                  purge_orphaned_data=False)
         acc.Reload()
-        for tag in acc.Tags()[pea.TENSORS]:
-            if acc.SummaryMetadata(tag).plugin_data.plugin_name != "scalars":
-                continue  # text, histograms, hparams: not curves
-            out.extend((int(ev.step), tag, float(tensor_util.make_ndarray(ev.tensor_proto).item()))
-                       for ev in acc.Tensors(tag))
+        tags = acc.Tags()
+        for tag in tags[ea.SCALARS]:
+            out.extend((int(e.step), tag, float(e.value)) for e in acc.Scalars(tag))
+        for tag in tags[ea.TENSORS]:
+            meta = acc.summary_metadata.get(tag)
+            if meta is None or meta.plugin_data.plugin_name != "scalars":
+                continue  # text, hparams, histograms: not curves
+            out.extend((int(e.step), tag,
+                        float(tensor_util.make_ndarray(e.tensor_proto).item()))
+                       for e in acc.Tensors(tag))
     if not out:
         raise UserError(f"No scalars in the TensorBoard event files under {p} "
                         f"({len(files)} file(s)); was the run logged with add_scalar?")

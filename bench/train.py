@@ -70,7 +70,8 @@ def random_shards(root: Path, *, hidden: int, layers: int, heads: int, kv_heads:
     from transformers import AutoConfig, LlamaConfig
 
     from eagle3lab.data.shards import FORMAT, FORMAT_VERSION, shard_name, write_manifest, write_shard
-    from eagle3lab.target.adapter import config_sha256, resolve_aux_layers
+    from eagle3lab.target.adapter import config_sha256
+    from eagle3lab.target.auxlayers import resolve_aux_layers
     from eagle3lab.data.vocab import build_shard_vocab
 
     tdir = root / "target"

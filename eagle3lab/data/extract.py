@@ -24,6 +24,7 @@ from eagle3lab.fsutil import check_writable_dir, sha256_file
 from eagle3lab.data.prompts import read_conversations
 from eagle3lab.data.shards import (FORMAT, FORMAT_VERSION, MANIFEST, read_manifest, shard_name,
                      write_manifest, write_shard)
+from eagle3lab.target.auxlayers import resolve_aux_layers
 
 #: Manifest fields that must match for a run to resume into an existing shard set.
 _RESUME_KEYS = ("target.config_sha256", "aux_layers.capture_points", "dtype",
@@ -115,7 +116,7 @@ def extract(
         convs = convs[:limit]
     tgt = target if isinstance(target, Target) else load_target(
         target, device=device, dtype=model_dtype)
-    aux = tgt.aux_layers(aux_ids, aux_convention)
+    aux = resolve_aux_layers(tgt.num_layers, aux_ids, aux_convention)
     for i, c in enumerate(convs):
         bad = [t for t in c["input_ids"] if not 0 <= t < tgt.vocab_size]
         if bad:

@@ -30,13 +30,12 @@ from typing import Any, Iterator
 
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_path, atomic_write_json, sha256_file
+from eagle3lab.target.auxlayers import AuxLayers
 
 FORMAT = "eagle3lab-shards"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 VOCAB_MAP = "vocab_map.safetensors"
-TENSORS = ("input_ids", "loss_mask", "hidden_states", "verifier_last_hidden_states",
-           "offsets", "sample_index")
 
 
 def shard_name(index: int) -> str:
@@ -130,9 +129,7 @@ class ShardSet:
         return int(self.manifest["target"]["hidden_size"])
 
     @property
-    def aux(self):
-        from eagle3lab.target.adapter import AuxLayers
-
+    def aux(self) -> AuxLayers:
         return AuxLayers.from_dict(self.manifest["aux_layers"])
 
     @property
@@ -156,7 +153,7 @@ class ShardSet:
                     f"{s['sha256'][:12]}.... Delete it and its manifest entry, then re-run "
                     f"extraction to rebuild it.")
 
-    def check_against(self, *, hidden_size: int | None = None, aux=None,
+    def check_against(self, *, hidden_size: int | None = None, aux: AuxLayers | None = None,
                       vocab_size: int | None = None, config_sha256: str | None = None,
                       what: str = "the target") -> None:
         """Refuse a mismatch between these shards and a target/drafter, naming both values."""

@@ -21,15 +21,14 @@ from typing import Any, Literal
 
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_dir, atomic_write_json
-from eagle3lab.formats.auxids import recorded_capture
 from eagle3lab.formats.detect import RECORD_KEY, DraftConfig, parse_draft_config
 from eagle3lab.formats.findings import Report
 from eagle3lab.formats.profiles import (ATTN_BIAS_PARTS, ATTN_PARTS, FIRST_LAYER_EXTRA, MLP_PARTS, NORM_PARTS,
-                       SGLANG_0523, VERIFIER_KEYS, EngineProfile, capture_range,
-                       capture_to_ids, get_profile)
+                       SGLANG_0523, VERIFIER_KEYS, EngineProfile, capture_range, get_profile)
 from eagle3lab.formats.reader import Checkpoint
 from eagle3lab.formats.schema import draft_tensors
 from eagle3lab.formats.targetinfo import TargetInfo, target_info
+from eagle3lab.target.auxlayers import CAPTURE_SEMANTICS, capture_to_ids
 
 _PARTS = ATTN_PARTS + ATTN_BIAS_PARTS + MLP_PARTS + NORM_PARTS + FIRST_LAYER_EXTRA
 _SHARED = ("fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight", "d2t", "t2d")
@@ -188,10 +187,9 @@ def _refuse_bad_values(tensors: dict[str, Any]) -> None:
 
 def _aux_plan(cfg: DraftConfig, to: str, tinfo: TargetInfo | None) -> dict[str, Any]:
     """Training's capture points -> ids in the destination engine's place and convention."""
-    points, source = recorded_capture(cfg)
+    points, source = cfg.training_capture()
     dest = get_profile("sglang" if to == "sglang" else "vllm")
-    num_layers = tinfo.num_layers if tinfo else ((cfg.record or {}).get("aux_layers") or {}
-                                                  ).get("num_layers")
+    num_layers = tinfo.num_layers if tinfo else cfg.recorded_num_layers()
     plan = {"capture_points": points, "source": source, "convention": dest.aux_convention,
             "ids": capture_to_ids(points, dest.aux_convention) if points else None,
             "num_layers": num_layers}
@@ -210,7 +208,7 @@ def _record(cfg: DraftConfig, aux: dict[str, Any], tinfo: TargetInfo | None) -> 
     if aux["capture_points"] is not None:
         rec["aux_layers"] = {
             **rec.get("aux_layers", {}), "capture_points": aux["capture_points"],
-            "capture_semantics": "input of decoder layer i (HF hidden_states[i])",
+            "capture_semantics": CAPTURE_SEMANTICS,
             "convention": aux["convention"], "requested_ids": aux["ids"],
             "num_layers": aux["num_layers"]}
     if tinfo is not None:

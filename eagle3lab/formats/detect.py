@@ -13,8 +13,9 @@ import dataclasses
 import re
 from typing import Any, Literal
 
+from eagle3lab.target.auxlayers import PLACES, ids_to_capture
+
 Format = Literal["speculators", "eagle3", "unknown"]
-FORMATS = ("speculators", "eagle3", "unknown")
 
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.")
 RECORD_KEY = "eagle3lab"  # our provenance block inside a checkpoint's config.json
@@ -81,15 +82,6 @@ def get_path(d: dict[str, Any] | None, path: tuple[str, ...]) -> Any:
     return cur
 
 
-def has_path(d: dict[str, Any] | None, path: tuple[str, ...]) -> bool:
-    cur: Any = d
-    for p in path:
-        if not isinstance(cur, dict) or p not in cur:
-            return False
-        cur = cur[p]
-    return True
-
-
 @dataclasses.dataclass
 class DraftConfig:
     """The facts every check needs, from either config layout (None: not stated)."""
@@ -117,16 +109,31 @@ class DraftConfig:
     dtype: str | None
     raw: dict[str, Any]
 
-    @property
-    def num_aux_from_ids(self) -> int | None:
-        ids = self.aux_ids.get("eagle_config") or self.aux_ids.get("top-level")
-        return len(ids) if ids else None
-
     def recorded_capture_points(self) -> list[int] | None:
         """What training recorded (our provenance block), if anything."""
         aux = (self.record or {}).get("aux_layers") or {}
         pts = aux.get("capture_points")
         return [int(p) for p in pts] if isinstance(pts, list) else None
+
+    def recorded_num_layers(self) -> int | None:
+        """The target's layer count as training recorded it, if anything."""
+        return ((self.record or {}).get("aux_layers") or {}).get("num_layers")
+
+    def training_capture(self) -> tuple[list[int] | None, str | None]:
+        """What training used, as capture points, and where that came from (None: unknown).
+
+        Our provenance block wins; otherwise the ids of the config's own format, read in the
+        convention of that format's engine (speculators: vLLM's; flat EAGLE-3 configs:
+        SGLang's).
+        """
+        rec = self.recorded_capture_points()
+        if rec is not None:
+            return rec, "eagle3lab record"
+        own = "top-level" if self.layout == "speculators" else "eagle_config"
+        ids = self.aux_ids.get(own)
+        if ids:
+            return ids_to_capture(ids, PLACES[own]), f"{own} ids ({PLACES[own]} convention)"
+        return None, None
 
     def summary(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -14,16 +14,18 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from eagle3lab.errors import UserError
-from eagle3lab.formats import auxids, values
+from eagle3lab.formats import values
 from eagle3lab.formats.detect import (DraftConfig, canonical_key, detect_format, key_layout, layer_index,
                      parse_draft_config)
 from eagle3lab.formats.findings import Finding, Report, error, warning
-from eagle3lab.formats.profiles import DEFAULT_ENGINE, INPUT_NORM, EngineProfile, engine_key, get_profile
+from eagle3lab.formats.profiles import (DEFAULT_ENGINE, INPUT_NORM, EngineProfile, capture_range,
+                                        engine_key, get_profile)
 from eagle3lab.formats.reader import Checkpoint
-from eagle3lab.formats.schema import (draft_tensors, engine_param_keys, engine_required,
-                     engine_target_hidden, flag_read_by, num_aux)
+from eagle3lab.formats.schema import (draft_tensors, engine_capture, engine_param_keys,
+                                      engine_required, engine_target_hidden, flag_read_by, num_aux)
 from eagle3lab.formats.targetinfo import TargetInfo, target_info
 
 
@@ -80,7 +82,7 @@ def _inspect(ck: Checkpoint, tinfo: TargetInfo | None, engine: str | None, check
     tensors = [ck.tensors[k].to_dict() for k in sorted(ck.tensors, key=_tensor_order)]
     config = cfg.summary() if ck.config is not None else {}
     if ck.config is not None:
-        config["aux"] = auxids.describe(profile, cfg, tinfo.num_layers if tinfo else None)
+        config["aux"] = _aux_summary(profile, cfg, tinfo.num_layers if tinfo else None)
     return Report(checkpoint=str(ck.path), format=fmt, engine=profile.name, findings=findings,
                   tensors=tensors, skipped=skipped, config=config,
                   target=tinfo.to_dict() if tinfo else None, key_layout=key_layout(keys),
@@ -100,7 +102,7 @@ def _structure(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile,
     out += _shapes(ck, cfg, profile, tinfo)
     out += _hidden(cfg, profile, tinfo)
     out += _norm_variants(ck, cfg, profile)
-    out += auxids.aux_findings(profile, cfg, tinfo.num_layers if tinfo else None)
+    out += _aux_layers(profile, cfg, tinfo.num_layers if tinfo else None)
     if tinfo is not None:
         if cfg.vocab_size is not None and cfg.vocab_size != tinfo.vocab_size:
             out.append(error("vocab-map", f"The draft config's vocab_size {cfg.vocab_size} is "
@@ -293,11 +295,73 @@ def _norm_variants(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile) -> 
     return out
 
 
+def _aux_layers(profile: EngineProfile, cfg: DraftConfig,
+                num_layers: int | None) -> list[Finding]:
+    """The aux layer ids the engine reads (where, in which convention) against what
+    training used: the two conventions, ids the engine ignores, defaults by coincidence."""
+    out: list[Finding] = []
+    where = ".".join(profile.aux_ids_path)
+    for place, ids in cfg.aux_ids.items():
+        if ids == []:
+            out.append(error("aux-layers", f"{place} eagle_aux_hidden_state_layer_ids is "
+                             f"present but not a non-empty list of integers.", found=place))
+        elif ids and len(set(ids)) != len(ids):
+            out.append(error("aux-layers", f"Aux layer ids {ids} ({place}) repeat a layer.",
+                             found=ids))
+    recorded, rec_src = cfg.training_capture()
+    read_ids = cfg.aux_ids.get(profile.aux_place) or None
+    capture, is_default = engine_capture(profile, cfg, num_layers)
+    if read_ids and num_layers:
+        lo, hi = capture_range(profile, num_layers)
+        bad = [i for i, p in zip(read_ids, capture) if not lo <= p <= hi]
+        if bad:
+            out.append(error(
+                "aux-layers", f"Aux layer ids {read_ids} ({where}, {profile.aux_convention} "
+                f"convention) give capture points {capture}; a {num_layers}-layer target "
+                f"only has {lo}..{hi}. Out of range: {bad}.",
+                expected=[lo, hi], found=read_ids))
+    others = {p: ids for p, ids in cfg.aux_ids.items() if ids and p != profile.aux_place}
+    if not read_ids and others:
+        placed = "; ".join(f"{p}: {ids}" for p, ids in others.items())
+        base = (f"Aux layer ids are only where {profile.name} does not read them ({placed}); "
+                f"it reads {where} and falls back to its default capture points")
+        if capture is None:
+            out.append(error("aux-layers", base + "; without --target it cannot be shown "
+                             "that those equal what training used.", found=others))
+        elif recorded is not None and recorded != capture:
+            out.append(error("aux-layers", base + f" {capture}, but training used {recorded} "
+                             f"({rec_src}).", expected=recorded, found=capture))
+        else:
+            out.append(warning("aux-layers", base + f" {capture}, which equal what training "
+                               f"used ({rec_src}) only by coincidence; write them to {where}.",
+                               expected=recorded, found=capture))
+    elif not read_ids and recorded is None:
+        shown = f" {capture}" if capture else ""
+        out.append(warning("aux-layers", f"No aux layer ids anywhere: {profile.name} uses its "
+                           f"default capture points{shown}, and nothing records what "
+                           f"training used.", found=None))
+    elif read_ids and recorded is not None and capture != recorded:
+        out.append(error(
+            "aux-layers", f"{profile.name} reads {read_ids} from {where} in the "
+            f"{profile.aux_convention} convention, i.e. capture points {capture}, but training "
+            f"used {recorded} ({rec_src}). Ids were copied between conventions without the "
+            f"+1/-1 shift.", expected=recorded, found=capture))
+    elif not read_ids and recorded is not None and capture is not None and capture != recorded:
+        out.append(error("aux-layers", f"No ids where {profile.name} reads them ({where}): it "
+                         f"captures its defaults {capture}, but training used {recorded} "
+                         f"({rec_src}).", expected=recorded, found=capture))
+    return out
+
+
+def _aux_summary(profile: EngineProfile, cfg: DraftConfig,
+                 num_layers: int | None) -> dict[str, Any]:
+    capture, is_default = engine_capture(profile, cfg, num_layers)
+    recorded, src = cfg.training_capture()
+    return {"engine_reads": ".".join(profile.aux_ids_path), "convention": profile.aux_convention,
+            "engine_capture_points": capture, "engine_default": is_default,
+            "training_capture_points": recorded, "training_source": src}
+
+
 def _short(names: list[str], n: int = 6) -> str:
     names = sorted(names)
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
-
-
-def report_exit_code(report: Report) -> int:
-    return 0 if report.ok else 1
-

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from eagle3lab.errors import UserError
-from eagle3lab.formats.auxids import engine_capture
 from eagle3lab.formats.detect import DraftConfig, canonical_key, parse_draft_config
 from eagle3lab.formats.profiles import INPUT_NORM, EngineProfile, engine_key, get_profile
 from eagle3lab.formats.reader import Checkpoint
-from eagle3lab.formats.schema import applies, draft_tensors, engine_param_keys, engine_target_hidden, num_aux
+from eagle3lab.formats.schema import (applies, draft_tensors, engine_capture, engine_param_keys,
+                                      engine_target_hidden, num_aux)
 from eagle3lab.formats.targetinfo import target_info, target_tensor
 
 #: Stand-in for an engine's uninitialised parameters (SGLang/vLLM allocate torch.empty;
@@ -119,8 +119,7 @@ def load_as(checkpoint: str | os.PathLike, engine: str, *,
             state[name] = FRESH_STD * torch.randn(shape, generator=gen)
         sources[name] = "fresh"
     notes = _swap_in_target(profile, cfg, state, sources, target)
-    n_layers = tinfo.num_layers if tinfo else ((cfg.record or {}).get("aux_layers") or {}
-                                                ).get("num_layers")
+    n_layers = tinfo.num_layers if tinfo else cfg.recorded_num_layers()
     capture, default = engine_capture(profile, cfg, n_layers)
     if default:
         notes.append(f"{profile.name} captures its default aux layers {capture}.")

@@ -54,8 +54,6 @@ MLP_PARTS = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight
 NORM_PARTS = ("input_layernorm.weight", "post_attention_layernorm.weight")
 FIRST_LAYER_EXTRA = ("hidden_norm.weight",)
 
-#: Top-level tensors (checkpoint naming, shared by every format).
-TOP_KEYS = ("embed_tokens.weight", "fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d")
 INPUT_NORM = "input_norm.weight"
 VERIFIER_KEYS = ("verifier_lm_head.weight", "verifier_norm.weight")
 
@@ -85,6 +83,11 @@ class EngineProfile:
     multi_layer: bool  # loads layers.1.. (num_hidden_layers > 1)
     casts_float32: bool  # serves in the model dtype (bf16/fp16): float32 weights are cast
     refusal_effect: str  # what the user sees when a key is refused/dropped
+
+    @property
+    def aux_place(self) -> str:
+        """Where this engine reads explicit aux ids: a key of auxlayers.PLACES."""
+        return "eagle_config" if self.aux_ids_path[0] == "eagle_config" else "top-level"
 
 
 SGLANG = EngineProfile(
@@ -207,20 +210,6 @@ def layer_parts(layer: int, *, attention_bias: bool) -> list[str]:
     if layer == 0:
         parts += list(FIRST_LAYER_EXTRA)
     return parts
-
-
-def default_capture_points(num_layers: int) -> list[int]:
-    """SGLang's, vLLM's and speculators' shared default: inputs of layers 2, N//2, N-3."""
-    return [2, num_layers // 2, num_layers - 3]
-
-
-def ids_to_capture(ids: list[int], convention: str) -> list[int]:
-    """Explicit ids -> capture points (capture p = the input of target layer p)."""
-    return [i + 1 for i in ids] if convention == "sglang" else list(ids)
-
-
-def capture_to_ids(points: list[int], convention: str) -> list[int]:
-    return [p - 1 for p in points] if convention == "sglang" else list(points)
 
 
 def capture_range(profile: EngineProfile, num_layers: int) -> tuple[int, int]:

@@ -3,7 +3,8 @@
 Prevents shape and key checks from drifting apart from the engines: one function says
 which tensors a draft of this config has (with shapes, in speculators naming), another
 which checkpoint keys a given engine turns into parameters (in the engine's own naming,
-after its renames, see profiles.py). `inspect`, `convert` and `load_as` all use them.
+after its renames, see profiles.py), and `engine_capture` which aux capture points it
+reads from the config. `inspect`, `convert` and `load_as` all use them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 
 from eagle3lab.formats.detect import DraftConfig, get_path
 from eagle3lab.formats.profiles import (INPUT_NORM, VERIFIER_KEYS, EngineProfile, layer_parts)
+from eagle3lab.target.auxlayers import default_capture_points, ids_to_capture
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +33,16 @@ def num_aux(cfg: DraftConfig, profile: EngineProfile) -> int:
     ids = cfg.aux_ids.get("eagle_config") if profile.config_layout == "flat" else \
         cfg.aux_ids.get("top-level")
     return len(ids) if ids else 3
+
+
+def engine_capture(profile: EngineProfile, cfg: DraftConfig,
+                   num_layers: int | None) -> tuple[list[int] | None, bool]:
+    """Capture points the engine will use and whether they are its defaults: the ids where
+    it reads them, in its convention; else its defaults (None without the layer count)."""
+    ids = cfg.aux_ids.get(profile.aux_place)
+    if ids:
+        return ids_to_capture(ids, profile.aux_convention), False
+    return (default_capture_points(num_layers) if num_layers else None), True
 
 
 def engine_target_hidden(cfg: DraftConfig) -> int | None:

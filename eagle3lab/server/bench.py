@@ -248,8 +248,8 @@ def plan_arms(*, engine: str, target: str, draft: str | None, steps: int = 3, to
               draft_tokens: int | None = None, tp: int = 1, cuda_graph: bool = True,
               device: str = "auto", env: dict[str, str] | None = None,
               extra_args: list[str] | None = None) -> tuple[dict, list[str]]:
-    """The notebook's arms: `baseline` (no draft) and, when a draft is given and can be
-    served, `speculative`; plus notes saying why an arm is skipped. Ports are picked free."""
+    """The notebook's arms: `baseline` (no draft) and, when a draft is given,
+    `speculative`; plus notes saying why an arm is skipped. Ports are picked free."""
     from eagle3lab.server.launch import LaunchConfig
 
     common = dict(engine=engine, target=target, tp=tp, cuda_graph=cuda_graph, port=0,
@@ -261,13 +261,6 @@ def plan_arms(*, engine: str, target: str, draft: str | None, steps: int = 3, to
                      "skipped and only the baseline runs. Set `draft` to an EAGLE-3 "
                      "checkpoint directory to compare.")
         return arms, notes
-    if engine == "reference":
-        from eagle3lab.server.reference import spec_engine_available
-
-        ok, why = spec_engine_available()
-        if not ok:
-            notes.append(f"The speculative arm is skipped: {why}.")
-            return arms, notes
     arms["speculative"] = LaunchConfig(**common, draft=draft, steps=steps, topk=topk,
                                        draft_tokens=draft_tokens or None)
     return arms, notes

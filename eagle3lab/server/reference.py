@@ -13,6 +13,8 @@ process. It serves
   `spec_verify_ct`, `spec_accept_length`, `spec_accept_rate`, `spec_accept_histogram`);
 - `GET /get_server_info` (and `/server_info`): `internal_states[0].avg_spec_accept_length`
   (cumulative since boot, as SGLang).
+The engine is eagle3lab.specdec's `load_engine`: plain decoding, or with `--draft` the
+speculative engine (which refuses a drafter that does not fit the target before serving).
 Requests run one at a time through the engine. The log has SGLang's start-up lines
 (`Load weight begin/end`, `The server is fired up and ready to roll!`) and one `Prefill
 batch` and one `Decode batch` line per request (SGLang prints a decode line every 40
@@ -55,53 +57,6 @@ def make_logger(name: str, rank_tag: str = "") -> logging.Logger:
         log.setLevel(logging.INFO)
         log.propagate = False
     return log
-
-
-#: Where the speculative engine's builder may live (the first that imports is used).
-SPEC_ENGINE_MODULES = ("eagle3lab.specdec.load", "eagle3lab.specdec.engine")
-
-
-def _spec_engine_loader():
-    import importlib
-
-    for name in SPEC_ENGINE_MODULES:
-        try:
-            fn = getattr(importlib.import_module(name), "load_engine", None)
-        except ModuleNotFoundError as e:
-            if not (e.name or "").startswith("eagle3lab.specdec"):
-                raise  # the module exists but one of its own imports is missing
-            continue
-        if fn is not None:
-            return fn
-    return None
-
-
-def spec_engine_available() -> tuple[bool, str]:
-    """Whether `--draft` can be served here, and why not."""
-    if _spec_engine_loader() is None:
-        return False, ("the speculative engine (load_engine in "
-                       f"{' or '.join(SPEC_ENGINE_MODULES)}) is not in this checkout")
-    return True, "the speculative engine is available"
-
-
-def load_engine(*, target: str, draft: str | None, steps: int, topk: int,
-                draft_tokens: int | None, device: str = "auto"):
-    """Plain decoding without a draft; with one, the speculative engine built by
-    `eagle3lab.specdec`'s `load_engine` (imported here, only when asked for)."""
-    from eagle3lab.target.adapter import load_target
-
-    if not draft:
-        from eagle3lab.specdec.plain import PlainEngine
-
-        return PlainEngine(load_target(target, device=device))
-    loader = _spec_engine_loader()  # before loading anything: fail in a second
-    if loader is None:
-        raise UserError(
-            f"Speculative serving (--draft {draft}) needs the speculative engine "
-            f"(load_engine in {' or '.join(SPEC_ENGINE_MODULES)}), which this checkout does "
-            f"not have. Serve without --draft (plain decoding) until it lands.")
-    tgt = load_target(target, device=device)
-    return loader(target=tgt, draft=draft, steps=steps, topk=topk, draft_tokens=draft_tokens)
 
 
 class ReferenceServer:
@@ -272,6 +227,8 @@ def serve(*, target: str, draft: str | None = None, steps: int = 3, topk: int = 
     """Load, warm up and serve until SIGTERM/SIGINT. Returns the exit code."""
     import psutil
 
+    from eagle3lab.specdec.load import load_engine
+
     faulthandler.enable()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     settings = {"target": target, "draft": draft, "steps": steps, "topk": topk,
@@ -282,7 +239,7 @@ def serve(*, target: str, draft: str | None = None, steps: int = 3, topk: int = 
     avail = psutil.virtual_memory().available / 2**30
     log_rank.info(f"Load weight begin. avail mem={avail:.2f} GB")
     t0 = time.perf_counter()
-    engine = load_engine(target=target, draft=draft, steps=steps, topk=topk,
+    engine = load_engine(target=target, draft=draft or None, steps=steps, topk=topk,
                          draft_tokens=draft_tokens, device=device)
     model = getattr(getattr(engine, "target", None), "model", None)
     after = psutil.virtual_memory().available / 2**30

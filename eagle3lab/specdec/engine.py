@@ -33,7 +33,7 @@ class SpecEngine:
                  steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
                  features: str = "fused"):
         from eagle3lab.errors import UserError
-        from eagle3lab.target.adapter import AuxLayers
+        from eagle3lab.target.auxlayers import AuxLayers
 
         if features not in FEATURES:
             raise UserError(f"features must be one of {FEATURES}, got {features!r}.")
@@ -51,7 +51,7 @@ class SpecEngine:
         self.steps, self.topk, self.draft_tokens = steps, topk, draft_tokens
         self.features = features
         points = capture_points or list(target.aux_layers().capture_points)
-        self.aux = AuxLayers(tuple(points), "vllm", tuple(points), target.num_layers)
+        self.aux = AuxLayers.from_capture_points(points, target.num_layers, "vllm")
         eos = target.model.generation_config.eos_token_id
         self.stop_token_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
 

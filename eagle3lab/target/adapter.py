@@ -1,118 +1,25 @@
 """The target model adapter: load a target, know its shape, capture the aux hidden states.
 
-Prevents the aux-layer silent failure: SGLang and vLLM read the same explicit layer-id list
-differently (SGLang shifts ids by +1, vLLM does not; REFERENCE.md "Aux layer ids"), so a
-drafter trained on one set of layers can be served on another with no error. Here every
-aux selection is resolved to concrete *capture points* (HF `hidden_states[i]`, i.e. the
-input of decoder layer i) together with the convention it came from, and both are recorded
-in every artifact. Capture uses forward hooks on exactly those layers (plus the input of
+Prevents two failures of feature extraction: capturing other target layers than the ones
+recorded (every selection is an `eagle3lab.target.auxlayers.AuxLayers`, whose capture points
+are exactly the layers hooked here, and which every artifact records), and materialising
+every layer's states. Capture uses forward hooks on exactly those layers (plus the input of
 the final norm, which speculators' trainer needs as `verifier_last_hidden_states`), never
-`output_hidden_states=True`, which would materialise every layer's states.
+`output_hidden_states=True`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator
 
 from eagle3lab.config import DEFAULT_TARGET, TARGET_PRESETS, preset_dir
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import sha256_bytes
-
-Convention = Literal["sglang", "vllm"]
-CONVENTIONS = ("sglang", "vllm")
-
-
-@dataclasses.dataclass(frozen=True)
-class AuxLayers:
-    """A resolved aux-layer selection.
-
-    capture_points[j] = i means: the hidden state captured is the INPUT of decoder layer i
-    (= HF `hidden_states[i]` = the output of layer i-1), which is how SGLang captures.
-    `sglang_ids` / `vllm_ids` are the explicit ids each engine needs in the draft config
-    to capture these same points.
-    """
-
-    capture_points: tuple[int, ...]
-    convention: str  # "sglang" or "vllm": how `requested_ids` were meant
-    requested_ids: tuple[int, ...] | None  # None: the engines' shared default
-    num_layers: int
-
-    @property
-    def layer_outputs(self) -> list[int]:
-        return [c - 1 for c in self.capture_points]
-
-    @property
-    def sglang_ids(self) -> list[int]:
-        return [c - 1 for c in self.capture_points]
-
-    @property
-    def vllm_ids(self) -> list[int]:
-        return list(self.capture_points)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "capture_points": list(self.capture_points),
-            "capture_semantics": "input of decoder layer i (HF hidden_states[i])",
-            "layer_outputs": self.layer_outputs,
-            "convention": self.convention,
-            "requested_ids": list(self.requested_ids) if self.requested_ids is not None else None,
-            "is_default": self.requested_ids is None,
-            "sglang_ids": self.sglang_ids,
-            "vllm_ids": self.vllm_ids,
-            "num_layers": self.num_layers,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "AuxLayers":
-        req = d.get("requested_ids")
-        return cls(
-            capture_points=tuple(d["capture_points"]),
-            convention=d["convention"],
-            requested_ids=tuple(req) if req is not None else None,
-            num_layers=int(d["num_layers"]),
-        )
-
-
-def default_capture_points(num_layers: int) -> list[int]:
-    """SGLang's and vLLM's shared default: [2, N//2, N-3] (inputs of those layers)."""
-    return [2, num_layers // 2, num_layers - 3]
-
-
-def resolve_aux_layers(
-    num_layers: int, ids: list[int] | tuple[int, ...] | None = None,
-    convention: str = "sglang",
-) -> AuxLayers:
-    """Resolve explicit aux ids (or the default) to capture points.
-
-    convention="sglang": an explicit id k captures the input of layer k+1 (SGLang adds 1).
-    convention="vllm":   an explicit id k captures the input of layer k.
-    """
-    if convention not in CONVENTIONS:
-        raise UserError(
-            f"Unknown aux layer id convention {convention!r}; use 'sglang' (explicit id k = "
-            f"output of layer k) or 'vllm' (explicit id k = input of layer k)."
-        )
-    if ids is None or len(ids) == 0:
-        points = default_capture_points(num_layers)
-        requested = None
-    else:
-        requested = tuple(int(i) for i in ids)
-        points = [i + 1 for i in requested] if convention == "sglang" else list(requested)
-    if len(set(points)) != len(points):
-        raise UserError(f"Aux layer ids {list(ids or [])} ({convention}) repeat a layer.")
-    bad = [p for p in points if not 1 <= p <= num_layers - 1]
-    if bad:
-        raise UserError(
-            f"Aux layer ids {list(ids or points)} ({convention} convention) resolve to capture "
-            f"points {points}, but a {num_layers}-layer target only has capture points "
-            f"1..{num_layers - 1} (inputs of layers 1..{num_layers - 1}). Out of range: {bad}."
-        )
-    return AuxLayers(tuple(points), convention, requested, num_layers)
+from eagle3lab.target.auxlayers import AuxLayers, resolve_aux_layers
 
 
 def resolve_dtype(dtype: str):

@@ -40,12 +40,6 @@ def test_notebook_04_runs_under_papermill(tmp_path, default_target_dir, untraine
               if "image/png" in o.get("data", {})]
     assert len(images) >= 3  # timeline, tokens/s, throughput over time
     bench = json.loads((run / "bench.json").read_text())
-    from eagle3lab.server.reference import spec_engine_available
-
-    if not spec_engine_available()[0]:  # until the speculative engine lands
-        assert bench["verdicts"] == {"baseline": "ready"}
-        assert "speculative arm is skipped" in text
-        return
     assert bench["verdicts"] == {"baseline": "ready", "speculative": "ready"}
     assert len(images) >= 5  # and accept length over time, per-position acceptance
     assert bench["skipped"] == {}

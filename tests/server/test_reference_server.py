@@ -3,7 +3,6 @@ by the watchdog, the benchmark client, SGLang-format logs, a clean stop, no orph
 
 import pytest
 
-from eagle3lab.errors import UserError
 from eagle3lab.server import process
 from eagle3lab.server.bench import build_requests, http_json, run_requests, server_info
 from eagle3lab.server.launch import LaunchConfig, start
@@ -56,16 +55,6 @@ def test_reference_server_start_bench_stop(tmp_path, default_target_dir, no_orph
     assert len(r["decode"]) == 1 + 2 + 2  # warm-up, two bench requests, one batch of two
     assert all(d["accept_len"] is None and d["gen_throughput"] > 0 for d in r["decode"])
     assert "Shutdown complete." in h.log_path.read_text()
-
-
-def test_draft_needs_the_speculative_engine(monkeypatch):
-    from eagle3lab.server import reference
-
-    monkeypatch.setattr(reference, "_spec_engine_loader", lambda: None)  # as before it landed
-    assert not reference.spec_engine_available()[0]
-    with pytest.raises(UserError, match="speculative engine"):
-        reference.load_engine(target="smollm2-135m-instruct", draft="/some/draft", steps=3,
-                              topk=1, draft_tokens=4)
 
 
 def test_speculative_without_a_draft_or_a_default_is_a_clear_error(capsys):

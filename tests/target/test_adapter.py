@@ -1,39 +1,11 @@
-"""Aux-layer resolution, hook capture against output_hidden_states, and load errors."""
+"""Hook capture against output_hidden_states, and load errors (aux-layer resolution:
+test_auxlayers.py)."""
 
 import pytest
 import torch
 
 from eagle3lab.errors import UserError
-from eagle3lab.target.adapter import load_target, resolve_aux_layers
-
-
-def test_default_capture_points_follow_sglang():
-    aux = resolve_aux_layers(30)
-    assert list(aux.capture_points) == [2, 15, 27]
-    assert aux.layer_outputs == [1, 14, 26]
-    assert aux.sglang_ids == [1, 14, 26] and aux.vllm_ids == [2, 15, 27]
-    assert aux.to_dict()["is_default"] is True
-
-
-def test_explicit_ids_depend_on_convention():
-    # The same explicit list means different layers in the two engines.
-    sg = resolve_aux_layers(30, [1, 14, 26], "sglang")
-    vl = resolve_aux_layers(30, [1, 14, 26], "vllm")
-    assert list(sg.capture_points) == [2, 15, 27]
-    assert list(vl.capture_points) == [1, 14, 26]
-    rec = sg.to_dict()
-    assert rec["convention"] == "sglang" and rec["requested_ids"] == [1, 14, 26]
-
-
-@pytest.mark.parametrize("ids,conv,msg", [
-    ([1, 1, 5], "sglang", "repeat"),
-    ([2, 15, 29], "sglang", "Out of range"),
-    ([0, 15, 27], "vllm", "Out of range"),
-    ([2, 15, 27], "hf", "Unknown aux layer id convention"),
-])
-def test_bad_aux_ids_refused(ids, conv, msg):
-    with pytest.raises(UserError, match=msg):
-        resolve_aux_layers(30, ids, conv)
+from eagle3lab.target.adapter import load_target
 
 
 def test_missing_target_path(tmp_path):

@@ -1,21 +1,22 @@
-"""Paths, presets and strict config loading.
+"""Paths, presets and the strict config layer (pydantic).
 
 Prevents the silent failure of a typo in a config or parameters file (`lr_schedle: cosine`)
-being ignored: `strict_from_dict` rejects unknown keys and wrong types, naming the field.
+being ignored, and a wrong value surfacing as a traceback deep in a run: every config class
+derives from `StrictConfig` (pydantic, unknown keys forbidden, no type coercion, constraints
+declared on the fields), and any violation becomes ONE `UserError` paragraph naming the
+file or section, the field, the value given and what was expected (`config_error`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import types
-import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Self
+
+from pydantic import (BaseModel, ConfigDict, ValidationError, ValidationInfo,
+                      model_validator)
 
 from eagle3lab.errors import UserError
-
-T = TypeVar("T")
 
 #: Name of the embedded default target (a real pretrained LLM shipped inside a PyPI package).
 DEFAULT_TARGET = "smollm2-135m-instruct"
@@ -64,49 +65,100 @@ def preset_dir(name: str) -> Path:
     return models_dir() / TARGET_PRESETS[name]["dir_name"]
 
 
-def _type_ok(value: Any, tp: Any) -> bool:
-    if tp is Any:
-        return True
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, a) for a in typing.get_args(tp))
-    if origin is typing.Literal:
-        return value in typing.get_args(tp)
-    if origin in (list, tuple):
-        args = typing.get_args(tp)
-        return isinstance(value, (list, tuple)) and all(
-            _type_ok(v, args[0]) for v in value
-        ) if args else isinstance(value, (list, tuple))
-    if origin is dict:
-        return isinstance(value, dict)
-    if tp is type(None):
-        return value is None
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(tp, type):
-        return isinstance(value, tp)
-    return True
+class StrictConfig(BaseModel):
+    """Base of the strict configs: unknown keys and wrong types are refused (no coercion:
+    "3" is not an int, 1 is a float, True is not a number), the fields' constraints
+    (`Field(gt=0)`, `Literal[...]`) are checked, and every failure, whether the object is
+    built directly (`Cls(**kw)`) or read (`Cls.from_dict(d, where)`), raises one
+    `UserError` naming `where`. Cross-field rules go in `check(where)` (raise ValueError,
+    or UserError for a message of its own)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    #: How errors name the config when `from_dict` is not given a `where`.
+    WHERE: ClassVar[str] = "config"
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str | None = None) -> Self:
+        """Build from a mapping (a parsed JSON/YAML file, keyword arguments); errors name
+        `where` (the file or the section)."""
+        return cls.model_validate(data, context={"where": where or cls.WHERE})
+
+    def check(self, where: str) -> None:
+        """Cross-field rules, run after every field passed; override in a subclass."""
+
+    @model_validator(mode="after")
+    def _run_check(self, info: ValidationInfo) -> Self:
+        self.check(_where(info, type(self)))
+        return self
+
+    # declared after _run_check so that it wraps it (its errors are converted too)
+    @model_validator(mode="wrap")
+    @classmethod
+    def _as_user_error(cls, data: Any, handler, info: ValidationInfo):
+        where = _where(info, cls)
+        if not isinstance(data, (dict, cls)):
+            raise UserError(f"{where}: expected a mapping of fields, found "
+                            f"{type(data).__name__}.")
+        try:
+            return handler(data)
+        except ValidationError as e:
+            raise config_error(e, where, known=list(cls.model_fields)) from None
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every field that has a default, with it (a dict a partial config is laid over)."""
+        return {name: f.get_default(call_default_factory=True)
+                for name, f in cls.model_fields.items() if not f.is_required()}
 
 
-def strict_from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
-    """Build dataclass `cls` from `data`, refusing unknown keys and wrong types."""
-    if not isinstance(data, dict):
-        raise UserError(f"{where}: expected a mapping of fields, found {type(data).__name__}.")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - set(fields))
+def _where(info: ValidationInfo, cls: type[StrictConfig]) -> str:
+    return (info.context or {}).get("where") or cls.WHERE
+
+
+def _field_path(loc: tuple) -> str:
+    """('train', 'lr') -> 'train.lr'; ('seeds', 0) -> 'seeds[0]'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    r = repr(value)
+    return r if len(r) <= limit else r[:limit - 3] + "..."
+
+
+def _expected(msg: str) -> str:
+    """pydantic's "Input should be greater than 0" -> "expected a value greater than 0"."""
+    head = "Input should be "
+    if not msg.startswith(head):
+        return msg[:1].lower() + msg[1:]
+    rest = msg[len(head):]
+    return "expected " + (f"a value {rest}" if rest.startswith(("greater", "less")) else rest)
+
+
+def config_error(err: ValidationError, where: str, *, known: list[str] | None = None
+                 ) -> UserError:
+    """One `UserError` paragraph for all of a ValidationError: `where` (the file or section),
+    then per problem the field path, the value given and what was expected."""
+    unknown: list[str] = []
+    parts: list[str] = []
+    for e in err.errors(include_url=False):
+        path, kind = _field_path(e["loc"]), e["type"]
+        if kind == "extra_forbidden":
+            unknown.append(path)
+        elif kind == "missing":
+            parts.append(f"field {path!r} is required")
+        elif kind in ("value_error", "assertion_error"):
+            text = str(e.get("ctx", {}).get("error") or e["msg"])
+            parts.append(f"field {path!r}: {text}" if path else text)
+        else:
+            value = e["input"]
+            parts.append(f"field {path!r} has value {_short_repr(value)} "
+                         f"({type(value).__name__}); {_expected(e['msg'])}")
     if unknown:
-        raise UserError(
-            f"{where}: unknown field(s) {', '.join(unknown)}. Known fields: "
-            f"{', '.join(sorted(fields))}. Check the spelling."
-        )
-    for key, value in data.items():
-        tp = hints.get(key, Any)
-        if not _type_ok(value, tp):
-            raise UserError(
-                f"{where}: field {key!r} has value {value!r} ({type(value).__name__}); "
-                f"expected {getattr(tp, '__name__', tp)}."
-            )
-    return cls(**data)
+        hint = f" (known fields: {', '.join(sorted(known))}; check the spelling)" \
+            if known else ""
+        parts.insert(0, f"unknown field(s) {', '.join(unknown)}{hint}")
+    return UserError(f"{where}: " + "; ".join(p.rstrip(".") for p in parts) + ".")

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
-from eagle3lab.config import DEFAULT_TARGET
+from eagle3lab.cli.common import (add_command, device_option, dtype_option, json_option,
+                                  target_option)
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "accept", help="measure a drafter's acceptance and speedup offline (CPU or GPU)",
+    p = add_command(
+        sub, "accept", run,
+        help="measure a drafter's acceptance and speedup offline (CPU or GPU)",
         description="Decode prompts with the target alone and with the target verifying the "
         "drafter (speculative decoding, same prompts, same run), and report the accept length "
         "tau (INCLUDING the bonus token; floor 1.0), per-position acceptance (cumulative: "
@@ -19,8 +20,9 @@ def add_parser(sub) -> None:
         "the measured speedup and the one predicted from tau and the measured step costs. "
         "At temperature 0 the speculative output must equal the plain one ('same as plain'). "
         "A drafter that does not fit the target is refused with the doctor's finding codes.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--target", default=DEFAULT_TARGET, help="preset, HF directory or hub id")
+        parents=[target_option(), device_option(), dtype_option(
+            "float32 (exact on CPU) or bfloat16 (GPUs; also the fastest on CPUs with native "
+            "bf16, with --threads 1)"), json_option()])
     p.add_argument("--draft", default=None, help="drafter checkpoint (speculators or SGLang "
                    "format); default: the default drafter (data/drafters/TARGET for a preset "
                    "target, else the demo's trained one)")
@@ -42,13 +44,8 @@ def add_parser(sub) -> None:
                    "(sglang, sglang-0.5.23, vllm, speculators); default: as trained")
     p.add_argument("--compare-failures", action="store_true", help="also measure the "
                    "last_layer arm and an SGLang-config/speculators-keys copy loaded as sglang")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda")
-    p.add_argument("--dtype", default="float32", help="float32 (exact on CPU) or bfloat16 "
-                   "(GPUs; also the fastest on CPUs with native bf16, with --threads 1)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

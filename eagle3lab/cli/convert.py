@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
+from eagle3lab.cli.common import add_command
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "convert", help="convert a drafter between the speculators and SGLang formats",
+    p = add_command(
+        sub, "convert", run,
+        help="convert a drafter between the speculators and SGLang formats",
         description="Rename every tensor by a fixed table (any key without a rule, or a "
         "required rule without a key, fails and writes nothing), copy tensors bit for bit, "
         "translate the config (architectures, draft_vocab_size, target_hidden_size, aux "
         "layer ids moved to where the engine reads them and shifted to its convention), "
         "refuse drafts trained with a norm the engine ignores, inspect the result for its "
-        "engine and only then move it into place atomically.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        "engine and only then move it into place atomically.")
     p.add_argument("src", metavar="SRC", help="source checkpoint directory")
     p.add_argument("dst", metavar="DST", help="output directory (written atomically)")
     p.add_argument("--to", required=True, choices=("sglang", "speculators"),
@@ -29,7 +29,6 @@ def add_parser(sub) -> None:
                    "--to sglang, vllm for --to speculators); sglang-0.5.23 also allows "
                    "norm_before_fc/fc_norm/norm_output, which that release applies")
     p.add_argument("--force", action="store_true", help="replace a non-empty DST")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+from eagle3lab.cli.common import add_command
 from eagle3lab.config import repo_root
 
 
 def add_parser(sub) -> None:
-    from eagle3lab.cli.report import add_report_options
+    from eagle3lab.cli.report import report_options
 
     default = repo_root() / "params" / "cpu-demo.yaml"
-    p = sub.add_parser(
-        "demo", help="run the whole pipeline on the default target and write a report "
+    add_command(
+        sub, "demo", run,
+        help="run the whole pipeline on the default target and write a report "
         "(what `make demo` runs)",
         description="The batch report with the CPU demo parameters: prepare the default "
         "target, regenerate train and eval responses, extract shards and the vocab map, "
@@ -20,9 +22,7 @@ def add_parser(sub) -> None:
         "reports/<timestamp>/ with an index.html. Stages live in data/runs/default and are "
         "reused when complete, so a second run only re-executes the notebooks. "
         "`--only target,data` runs just the data stages.",
-    )
-    add_report_options(p, params_default=str(default))
-    p.set_defaults(func=run)
+        parents=[report_options(params_default=str(default))], show_defaults=False)
 
 
 def run(args) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from eagle3lab.config import DEFAULT_TARGET
+from eagle3lab.cli.common import add_command, device_option, no_progress_option, target_option
 
 
 def int_list(text: str) -> list[int]:
@@ -15,8 +15,9 @@ def int_list(text: str) -> list[int]:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "extract", help="write EAGLE-3 training shards (aux hidden states) + manifest",
+    p = add_command(
+        sub, "extract", run,
+        help="write EAGLE-3 training shards (aux hidden states) + manifest",
         description="Run the target over each regenerated conversation, capture the aux "
         "hidden states with forward hooks (default capture points [2, N//2, N-3], SGLang's "
         "and vLLM's default), and write safetensors shards with input_ids, loss_mask, the "
@@ -24,12 +25,10 @@ def add_parser(sub) -> None:
         "Prints the bytes needed first and refuses when the disk is too small (--force "
         "overrides). A re-run resumes after the last complete shard. With "
         "--draft-vocab-size, also builds the draft vocabulary map (as `eagle3lab vocab`).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        parents=[target_option("must be the model that wrote the conversations"),
+                 device_option(), no_progress_option()])
     p.add_argument("--conversations", required=True, help="JSONL from `eagle3lab regenerate`")
     p.add_argument("--out", required=True, help="shard directory")
-    p.add_argument("--target", default=DEFAULT_TARGET,
-                   help="preset name, Hugging Face model directory, or hub id (must be the "
-                   "model that wrote the conversations)")
     p.add_argument("--aux-ids", type=int_list, default=None,
                    help="explicit aux layer ids, e.g. 1,14,26 (default: the engines' default)")
     p.add_argument("--aux-convention", choices=["sglang", "vllm"], default="sglang",
@@ -37,7 +36,6 @@ def add_parser(sub) -> None:
                    "(id k = input of layer k)")
     p.add_argument("--dtype", default="bfloat16", help="storage dtype of the hidden states")
     p.add_argument("--model-dtype", default="float32", help="dtype the target runs in")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
     p.add_argument("--samples-per-shard", type=int, default=64, help="samples per shard file")
     p.add_argument("--max-tokens-per-batch", type=int, default=4096,
                    help="padded tokens per forward")
@@ -46,8 +44,6 @@ def add_parser(sub) -> None:
     p.add_argument("--draft-vocab-size", type=int, default=None,
                    help="also build the draft vocab map of this size from these shards")
     p.add_argument("--force", action="store_true", help="start even if free space looks short")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

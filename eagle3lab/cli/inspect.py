@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from eagle3lab.cli.common import add_command, json_option
 from eagle3lab.config import DEFAULT_TARGET
 
 
 def add_parser(sub) -> None:
     from eagle3lab.formats.profiles import ENGINES
 
-    p = sub.add_parser(
-        "inspect", help="check a drafter checkpoint for train/serve mismatches (no GPU)",
+    p = add_command(
+        sub, "inspect", run,
+        help="check a drafter checkpoint for train/serve mismatches (no GPU)",
         description="Read a drafter checkpoint (config.json + *.safetensors, an index, or a "
         "pytorch_model.bin opened with weights_only=True) and report every mismatch between "
         "what was trained and what ENGINE would serve: dropped or missing keys, shapes, fc "
         "width, hidden sizes, the d2t/t2d vocab map, aux layer ids and their convention, "
         "architecture, NaN/Inf, norms the engine ignores, dtypes. Exit status: 0 no error, "
         "1 at least one error, 2 CKPT missing.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        parents=[json_option("print one JSON object (format, engine, ok, findings, tensors, "
+                             "...)")])
     p.add_argument("ckpt", metavar="CKPT", help="drafter checkpoint directory")
     p.add_argument("--target", default=None,
                    help=f"the target: a directory with its config.json (weights not needed) or "
@@ -31,12 +33,9 @@ def add_parser(sub) -> None:
                    "SGLang releases, sglang-0.5.23 = exactly that release, vllm, speculators "
                    "(its from_pretrained); default: sglang for the eagle3 format, vllm for "
                    "the speculators format")
-    p.add_argument("--json", action="store_true",
-                   help="print one JSON object (format, engine, ok, findings, tensors, ...)")
     p.add_argument("--tensors", action="store_true", help="also list every tensor (table mode)")
     p.add_argument("--no-values", action="store_true",
                    help="read headers only: skip the NaN/Inf scan and the vocab-map checks")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

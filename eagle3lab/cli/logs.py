@@ -2,29 +2,29 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
+from eagle3lab.cli.common import add_command, json_option
+
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "logs", help="analyse an SGLang server log: phase, verdict, warnings, accept length",
+    p = add_command(
+        sub, "logs", run,
+        help="analyse an SGLang server log: phase, verdict, warnings, accept length",
         description="Parse an SGLang (or reference server) log: start-up phases, a verdict "
         "(starting, ready, hung = not ready and no line for --silence-s, crashed = a "
         "traceback or a dead scheduler), known warnings explained, the Decode batch lines "
         "(accept len, accept rate, gen throughput) and findings such as "
         "acceptance-collapse (speculation on, accept len ~1.0). Exit status: 0 ready or "
         "starting, 1 crashed, hung or an error finding, 2 LOGFILE missing.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        parents=[json_option()])
     p.add_argument("logfile", metavar="LOGFILE", help="the server's log file")
     p.add_argument("--now", default=None,
                    help="the time to judge silence against, ISO 8601 (SGLang logs local "
                    "time); default: now")
     p.add_argument("--silence-s", type=float, default=120.0,
                    help="seconds without a log line before a start that is not ready is hung")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
-
-from eagle3lab.config import DEFAULT_TARGET
+from eagle3lab.cli.common import add_command, generation_options
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "regenerate", help="have the target answer prompts (training responses, resumable)",
+    p = add_command(
+        sub, "regenerate", run,
+        help="have the target answer prompts (training responses, resumable)",
         description="The target answers each prompt with its own chat template, batched, "
         "greedy (temperature 0) or sampled with a seed. Writes one JSONL record per prompt "
         "(prompt, response, token ids, assistant-only loss mask) to --out, plus "
         "OUT.meta.json with the parameters. Re-running continues where it stopped and never "
         "answers a prompt twice.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--target", default=DEFAULT_TARGET,
-                   help="preset name, Hugging Face model directory, or hub id")
+        parents=[generation_options()])
     p.add_argument("--prompts", default="train",
                    help="'train' or 'eval' (shipped sets) or a JSONL file of {\"prompt\": ...}")
     p.add_argument("--out", required=True, help="output JSONL file (appended to on resume)")
@@ -29,11 +26,6 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed (per batch: seed + index)")
     p.add_argument("--samples", type=int, default=1, help="sampled answers per prompt "
                    "(ids PROMPT#k; needs --temperature > 0)")
-    p.add_argument("--system-prompt", default=None, help="system message (default: template's)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    p.add_argument("--dtype", default="float32", help="model dtype (bfloat16 on GPUs)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import argparse
 
+from eagle3lab.cli.common import add_command, no_progress_option
 
-def add_report_options(p: argparse.ArgumentParser, *, params_default: str | None) -> None:
-    """Options shared by `report` and `demo`."""
+
+def report_options(*, params_default: str | None) -> argparse.ArgumentParser:
+    """The options of `report` and `demo` (a parent parser)."""
+    p = argparse.ArgumentParser(add_help=False,
+                                parents=[no_progress_option("no tqdm bars in stages")])
     p.add_argument("--params", default=params_default, metavar="FILE.yaml",
                    help="parameters file: report/pipeline/common sections and one section per "
                    "notebook (see params/cpu-demo.yaml, params/gpu.yaml); default: "
@@ -22,12 +26,13 @@ def add_report_options(p: argparse.ArgumentParser, *, params_default: str | None
                    "file's report.timeout_s, else 1800)")
     p.add_argument("--notebooks", default=None, metavar="DIR",
                    help="notebooks directory (default: the repository's notebooks/)")
-    p.add_argument("--no-progress", action="store_true", help="no tqdm bars in stages")
+    return p
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "report", help="run the pipeline as papermill notebooks and write a shareable report",
+    add_command(
+        sub, "report", run,
+        help="run the pipeline as papermill notebooks and write a shareable report",
         description="Run the library stages (prepare target, regenerate, extract, train, "
         "convert; reused when complete in the work dir pipeline.work_dir) and the notebooks in "
         "pipeline order under papermill, with the parameters each declares. Writes the "
@@ -35,9 +40,7 @@ def add_parser(sub) -> None:
         "index.html (status, key numbers, failures with the failing cell, parameters, "
         "versions), report.json and report.log. A failing step skips only its dependents. "
         "Exit status 1 when a step failed.",
-    )
-    add_report_options(p, params_default=None)
-    p.set_defaults(func=run)
+        parents=[report_options(params_default=None)], show_defaults=False)
 
 
 def run_with(args) -> int:

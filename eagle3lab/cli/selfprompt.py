@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
-
-from eagle3lab.config import DEFAULT_TARGET
+from eagle3lab.cli.common import add_command, generation_options
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "self-prompt", help="have the target write user prompts itself (more training data)",
+    p = add_command(
+        sub, "self-prompt", run,
+        help="have the target write user prompts itself (more training data)",
         description="Magpie-style self-prompting: the target is fed its chat template up to "
         "the start of a user turn and, sampling, writes the user's message itself. A few "
         "hundred shipped prompts give a few hundred greedy answers; thousands of "
@@ -21,10 +20,7 @@ def add_parser(sub) -> None:
         "OUT.meta.json with the parameters and the raw count of each drop reason. "
         "Re-running continues at the next batch and never repeats an id (raise --n to "
         "extend a file); other parameters are refused.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--target", default=DEFAULT_TARGET,
-                   help="preset name, Hugging Face model directory, or hub id (needs a chat "
-                   "template)")
+        parents=[generation_options("needs a chat template")])
     p.add_argument("--out", required=True, help="output prompts JSONL (appended to on resume)")
     p.add_argument("--n", type=int, default=1000, help="prompts to keep in --out in all")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0)")
@@ -37,14 +33,9 @@ def add_parser(sub) -> None:
     p.add_argument("--exclude", default="eval",
                    help="held-out prompts no kept prompt may overlap: 'eval', 'train', a "
                    "prompts JSONL, or 'none'")
-    p.add_argument("--system-prompt", default=None, help="system message (default: template's)")
     p.add_argument("--max-batches", type=int, default=None,
                    help="stop after this many batches in all, counting earlier runs "
                    "(None: enough for --n at a 25%% keep rate)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    p.add_argument("--dtype", default="float32", help="model dtype (bfloat16 on GPUs)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -3,14 +3,13 @@ API, with SGLang-format logs), for running the live-server tooling without a GPU
 
 from __future__ import annotations
 
-import argparse
-
-from eagle3lab.config import DEFAULT_TARGET
+from eagle3lab.cli.common import add_command, device_option, target_option
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "serve", help="serve the offline engine over SGLang's native HTTP API (CPU; reference)",
+    p = add_command(
+        sub, "serve", run,
+        help="serve the offline engine over SGLang's native HTTP API (CPU; reference)",
         description="Serve a target (and, with --speculative or --draft, the speculative "
         "engine; --speculative alone uses the default drafter) over the "
         "subset of SGLang's native API the benchmark client uses: /health, /generate (same "
@@ -19,9 +18,7 @@ def add_parser(sub) -> None:
         "(avg_spec_accept_length). Logs SGLang-format start-up and `Decode batch` lines to "
         "stdout. One request at a time: a reference for tests and notebooks, NOT a "
         "production server. SIGUSR1 dumps every thread's stack to the log.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--target", default=DEFAULT_TARGET,
-                   help="target model directory or preset name")
+        parents=[target_option(), device_option()])
     p.add_argument("--draft", default=None,
                    help="EAGLE-3 draft checkpoint (implies --speculative); without it and "
                    "without --speculative, plain decoding")
@@ -35,8 +32,6 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind; anything but loopback is reachable from outside")
     p.add_argument("--port", type=int, default=30000, help="port to listen on")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -1,32 +1,46 @@
 """`eagle3lab train`: train an EAGLE-3 drafter on shards (speculators' model and loss).
 
-The options are generated from `TrainConfig` (names, types, defaults, and the help text
-from each field's comment), so the CLI and the library cannot drift apart.
+The options are generated from `TrainConfig`'s fields (names, types, defaults, and the help
+text from each field's `description`), so the CLI and the library cannot drift apart.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import inspect
 import json
-import re
 import typing
 
+from pydantic_core import PydanticUndefined
 
-def _field_help() -> dict[str, str]:
-    from eagle3lab.train import TrainConfig
+from eagle3lab.cli.common import add_command
 
-    src = inspect.getsource(TrainConfig)
-    return {m.group(1): m.group(2).strip()
-            for m in re.finditer(r"^\s+(\w+):[^#\n]*#\s*(.*)$", src, re.M)}
+
+def _add_field_option(p: argparse.ArgumentParser, name: str, field) -> None:
+    """One `--name` option for a TrainConfig field; absent options stay unset (SUPPRESS), so
+    that --config and the config's own defaults fill them."""
+    tp, args = field.annotation, typing.get_args(field.annotation)
+    kw: dict = {"dest": name, "default": argparse.SUPPRESS, "help": field.description}
+    if field.default is not PydanticUndefined and field.default is not None:
+        kw["help"] += f" (default: {field.default})"
+    flag = "--" + name.replace("_", "-")
+    if tp is bool:
+        p.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+        return
+    if typing.get_origin(tp) is typing.Literal:
+        kw["choices"] = list(args)
+    elif typing.get_origin(tp) is list:
+        kw.update(nargs="*", type=args[0])
+    else:  # a type, or `type | None`
+        kw["type"] = next((a for a in args if a is not type(None)), tp) if args else tp
+    p.add_argument(flag, **kw)
 
 
 def add_parser(sub) -> None:
     from eagle3lab.train import ENGINE_PROFILES, TrainConfig
 
-    p = sub.add_parser(
-        "train", help="train an EAGLE-3 drafter on shards (speculators' model and loss)",
+    p = add_command(
+        sub, "train", run,
+        help="train an EAGLE-3 drafter on shards (speculators' model and loss)",
         description="Build speculators' EAGLE-3 drafter from the shards' manifest (target "
         "hidden size, aux layers written as vLLM ids = capture points, target vocab, the "
         "shards' draft vocab map), train it with our loop around speculators' forward and "
@@ -35,48 +49,39 @@ def add_parser(sub) -> None:
         "(checkpoints/step-N: speculators save_pretrained + trainer_state.pt) and final/. "
         "--resume continues exactly. Shards that do not match (eval split, resumed run, "
         "--init-from drafter) are refused before training. --serve-engine picks the flags "
-        f"that engine implements: {json.dumps(ENGINE_PROFILES)}.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        f"that engine implements: {json.dumps(ENGINE_PROFILES)}.")
     p.add_argument("--config", default=None,
                    help="JSON file of TrainConfig fields; command-line options override it")
-    helps = _field_help()
-    hints = typing.get_type_hints(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        tp = hints[f.name]
-        kw: dict = {"dest": f.name, "default": argparse.SUPPRESS,
-                    "help": helps.get(f.name, "")}
-        if f.default is not dataclasses.MISSING and f.default is not None:
-            kw["help"] += f" (default: {f.default})"
-        args = typing.get_args(tp)
-        if tp is bool:
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
-            continue
-        if typing.get_origin(tp) is typing.Literal:
-            kw["choices"] = list(args)
-        elif typing.get_origin(tp) is list:
-            kw.update(nargs="*", type=args[0])
-        else:
-            base = next((a for a in args if a is not type(None)), tp) if args else tp
-            kw["type"] = base
-        p.add_argument(flag, **kw)
-    p.set_defaults(func=run)
+    for name, field in TrainConfig.model_fields.items():
+        _add_field_option(p, name, field)
+
+
+def _read_config(path: str) -> dict:
+    from eagle3lab.errors import UserError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            base = json.load(f)
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
+        raise UserError(f"--config {path}: cannot read it as JSON ({e}).") from None
+    if not isinstance(base, dict):
+        raise UserError(f"--config {path}: expected a JSON object of TrainConfig fields, "
+                        f"found a {type(base).__name__}.")
+    return base
 
 
 def run(args) -> int:
     from eagle3lab.errors import UserError
-    from eagle3lab.train import train
+    from eagle3lab.train import TrainConfig, train_run
 
-    opts = {k: v for k, v in vars(args).items() if k not in ("func", "command", "config")}
+    opts = {k: v for k, v in vars(args).items() if k in TrainConfig.model_fields}
+    where = "train options"
     if args.config:
-        try:
-            base = json.loads(open(args.config).read())
-        except (OSError, json.JSONDecodeError) as e:
-            raise UserError(f"--config {args.config}: cannot read it as JSON ({e}).") from None
-        opts = {**base, **opts}
+        opts = {**_read_config(args.config), **opts}
+        where = f"train config {args.config} (with the command-line options)"
     for req in ("data", "out"):
         if req not in opts:
             raise UserError(f"--{req} is required (or set it in --config).")
-    summary = train(**opts)
+    summary = train_run(TrainConfig.from_dict(opts, where))
     print(json.dumps(summary, indent=2))
     return 0

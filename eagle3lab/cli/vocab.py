@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
+from eagle3lab.cli.common import add_command
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "vocab", help="build the draft vocab map (d2t/t2d) from a shard set",
+    p = add_command(
+        sub, "vocab", run,
+        help="build the draft vocab map (d2t/t2d) from a shard set",
         description="Count the loss-masked target tokens in a shard set, keep the most "
         "frequent --draft-vocab-size, and save d2t (OFFSETS: target_id = i + d2t[i], as "
         "SGLang reads them) and t2d (bool mask over the target vocab) to "
         "vocab_map.safetensors next to the shards, with its sha256 in manifest.json. Do not "
-        "rebuild the map of a drafter you fine-tune: its head is indexed by the old one.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        "rebuild the map of a drafter you fine-tune: its head is indexed by the old one.")
     p.add_argument("--data", required=True, help="shard directory (from `eagle3lab extract`)")
     p.add_argument("--draft-vocab-size", type=int, default=8192, help="draft vocabulary size")
     p.add_argument("--force", action="store_true", help="rebuild even if an equal map exists")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -16,16 +16,31 @@ File layout:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+
+from eagle3lab.config import StrictConfig
 from eagle3lab.errors import UserError
 from eagle3lab.report.pipeline import PipelineConfig
 from eagle3lab.report.plan import Step, fill
 
-_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float),
-                                       "bool": (bool,), "list": (list,), "dict": (dict,)}
-_REPORT_KEYS = {"description": str, "timeout_s": (int, float)}
+#: The type names papermill's `inspect_notebook` gives for annotated parameters that are
+#: checked; any other name (e.g. "None": not annotated) is not checked.
+_DECLARED_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool,
+                                    "list": list, "dict": dict}
+
+
+class ReportSection(StrictConfig):
+    """The parameters file's `report:` section."""
+
+    WHERE: ClassVar[str] = "report"
+
+    description: str = Field("", description="shown at the top of index.html")
+    timeout_s: float | None = Field(None, description="execution timeout per notebook cell, "
+                                    "in seconds (--timeout overrides it)")
 
 
 @dataclasses.dataclass
@@ -59,13 +74,12 @@ def load_params(params: str | Path | dict | None) -> tuple[dict[str, Any], str]:
     return raw, str(path)
 
 
-def _type_ok(value: Any, type_name: str) -> bool:
-    want = _TYPES.get(type_name)
-    if want is None:
-        return True
-    if isinstance(value, bool) and bool not in want:
-        return False
-    return isinstance(value, want)
+@functools.cache
+def _declared_type(type_name: str) -> TypeAdapter | None:
+    """A strict validator of one declared parameter type (as `StrictConfig` checks fields:
+    "8" is not an int, True is not a number, 1 is a float); None for a name not checked."""
+    tp = _DECLARED_TYPES.get(type_name)
+    return None if tp is None else TypeAdapter(tp, config=ConfigDict(strict=True))
 
 
 def parse_params(params: str | Path | dict | None, plan: list[Step],
@@ -89,17 +103,16 @@ def parse_params(params: str | Path | dict | None, plan: list[Step],
             errors.append(f"section {key!r} must be a mapping of parameters, found "
                           f"{type(val).__name__}")
         sections[key] = dict(val) if isinstance(val, dict) else {}
-    report = sections.pop("report")
-    for k, v in report.items():
-        if k not in _REPORT_KEYS:
-            errors.append(f"report.{k}: unknown; known: {', '.join(_REPORT_KEYS)}")
-        elif not isinstance(v, _REPORT_KEYS[k]) or isinstance(v, bool):
-            errors.append(f"report.{k}: {v!r} has the wrong type")
+    report = ReportSection()
+    try:
+        report = ReportSection.from_dict(sections.pop("report"))
+    except UserError as e:
+        errors.append(str(e).rstrip("."))
     pipeline = None
     try:
         pipeline = PipelineConfig.from_dict(raw.get("pipeline"), "pipeline")
     except UserError as e:
-        errors.append(str(e))
+        errors.append(str(e).rstrip("."))
     common = sections.pop("common")
     for k, v in common.items():
         users = [s.name for s in notebooks if declared.get(s.name) and k in declared[s.name]]
@@ -134,8 +147,7 @@ def parse_params(params: str | Path | dict | None, plan: list[Step],
     assert pipeline is not None
     return ReportParams(source=source, raw=raw, pipeline=pipeline, common=common,
                         sections={n: sections[n] for n in nb_names},
-                        description=str(report.get("description", "")),
-                        timeout_s=report.get("timeout_s"))
+                        description=report.description, timeout_s=report.timeout_s)
 
 
 def _origin(key: str, plan: list[Step]) -> str:
@@ -145,7 +157,12 @@ def _origin(key: str, plan: list[Step]) -> str:
 
 def _check_type(errors: list[str], where: str, value: Any, decl: dict, nb: str) -> None:
     t = decl.get("inferred_type_name") or ""
-    if not _type_ok(value, t):
+    adapter = _declared_type(t)
+    if adapter is None:
+        return
+    try:
+        adapter.validate_python(value)
+    except ValidationError:
         errors.append(f"{where}: {value!r} ({type(value).__name__}) but {nb} declares "
                       f"{decl['name']}: {t}")
 

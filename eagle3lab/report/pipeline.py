@@ -14,13 +14,14 @@ The work directory's layout (where each stage writes and the next reads) is
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
-from eagle3lab.config import DEFAULT_TARGET, runs_dir, strict_from_dict
+from pydantic import Field
+
+from eagle3lab.config import DEFAULT_TARGET, StrictConfig, runs_dir
 from eagle3lab.errors import UserError
 from eagle3lab.workdir import WorkDir
 
@@ -28,34 +29,36 @@ from eagle3lab.workdir import WorkDir
 _TRAIN_SET_BY_PIPELINE = ("data", "eval_data", "out", "resume", "progress", "stop_after_steps")
 
 
-@dataclasses.dataclass
-class PipelineConfig:
-    work_dir: str = "default"  # stage work dir; a bare name is taken under data/runs/
-    target: str = DEFAULT_TARGET  # preset name, HF model directory or hub id
-    device: str = "auto"  # device of the target (regenerate, extract) and of training
-    model_dtype: str = "float32"  # target weights dtype for regenerate/extract (bfloat16 on GPU)
-    train_prompts: int = 96  # shipped train prompts the target answers
-    eval_prompts: int = 24  # held-out prompts the target answers (eval shards)
-    max_new_tokens: int = 160  # answer length cap of regeneration
-    batch_size: int = 16  # generation batch size
-    draft_vocab_size: int = 8192  # draft vocabulary of the map and the drafter
-    train: dict = dataclasses.field(default_factory=dict)  # TrainConfig fields for the drafter
+class PipelineConfig(StrictConfig):
+    WHERE: ClassVar[str] = "pipeline"
+
+    work_dir: str = Field("default", description="stage work dir; a bare name is taken "
+                          "under data/runs/")
+    target: str = Field(DEFAULT_TARGET, description="preset name, HF model directory or "
+                        "hub id")
+    device: str = Field("auto", description="device of the target (regenerate, extract) and "
+                        "of training")
+    model_dtype: str = Field("float32", description="target weights dtype for "
+                             "regenerate/extract (bfloat16 on GPU)")
+    train_prompts: int = Field(96, ge=1, description="shipped train prompts the target "
+                               "answers")
+    eval_prompts: int = Field(24, ge=1, description="held-out prompts the target answers "
+                              "(eval shards)")
+    max_new_tokens: int = Field(160, ge=1, description="answer length cap of regeneration")
+    batch_size: int = Field(16, ge=1, description="generation batch size")
+    draft_vocab_size: int = Field(8192, ge=1, description="draft vocabulary of the map and "
+                                  "the drafter")
+    train: dict = Field(default_factory=dict, description="TrainConfig fields for the drafter")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None, where: str = "pipeline") -> "PipelineConfig":
-        cfg = strict_from_dict(cls, dict(d or {}), where)
-        bad = sorted(set(cfg.train) & set(_TRAIN_SET_BY_PIPELINE))
-        if bad:
-            raise UserError(f"{where}.train: {', '.join(bad)} are set by the pipeline from "
-                            f"work_dir; remove them.")
-        from eagle3lab.train import TrainConfig
+        return super().from_dict({} if d is None else d, where)
 
-        TrainConfig.from_dict({"data": "", "out": "", **cfg.train}, f"{where}.train")
-        for name in ("train_prompts", "eval_prompts", "max_new_tokens", "batch_size",
-                     "draft_vocab_size"):
-            if getattr(cfg, name) < 1:
-                raise UserError(f"{where}.{name} must be at least 1.")
-        return cfg
+    def check(self, where: str) -> None:
+        from eagle3lab.train.config import check_train_overrides
+
+        check_train_overrides(self.train, where, reserved=set(_TRAIN_SET_BY_PIPELINE),
+                              set_by="the pipeline from work_dir")
 
     def work_path(self) -> Path:
         p = Path(self.work_dir).expanduser()
@@ -230,7 +233,7 @@ def run_stage(name: str, cfg: PipelineConfig, *, progress: bool = True) -> dict[
     now = datetime.datetime.now().isoformat(timespec="seconds")
     old = read_stage_record(wd, name) or {}
     record = {"stage": name, "eagle3lab": __version__, "work_dir": str(wd.root),
-              "params": dataclasses.asdict(cfg), "reused": res["reused"],
+              "params": cfg.model_dump(), "reused": res["reused"],
               "checked_at": now, "check_s": round(time.time() - t0, 2),
               "numbers": res["numbers"]}
     if res["reused"]:  # keep when and how long it was computed (unknown: made by hand)

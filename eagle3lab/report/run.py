@@ -22,7 +22,6 @@ eagle3lab.report.environment, the wiring is eagle3lab.report.plan.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import logging
@@ -120,7 +119,7 @@ def run_report(
         "format": REPORT_FORMAT, "version": REPORT_VERSION,
         "created": datetime.datetime.now().isoformat(timespec="seconds"),
         "out": str(out_dir), "work_dir": str(work), "params_file": rp.source,
-        "params": rp.raw, "pipeline": dataclasses.asdict(rp.pipeline),
+        "params": rp.raw, "pipeline": rp.pipeline.model_dump(),
         "description": rp.description, "timeout_s": timeout, "only": only,
         "notebooks_dir": str(nb_dir), "versions": versions(), "steps": [], "notes": [],
     }

@@ -20,9 +20,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from eagle3lab.config import strict_from_dict
+from pydantic import Field
+
+from eagle3lab.config import StrictConfig
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json
 from eagle3lab.server import process
@@ -37,59 +39,53 @@ CUDA_GRAPH_MAX_BS_FLAGS = [((0, 5, 15), "--cuda-graph-max-bs-decode"),
 PINNED_SGLANG = "0.5.23"
 
 
-@dataclasses.dataclass
-class LaunchConfig:
-    target: str  # target model: HF directory (sglang) or directory/preset name (reference)
-    draft: str | None = None  # EAGLE-3 draft checkpoint; None serves without speculation
-    engine: Literal["sglang", "reference"] = "sglang"  # reference: eagle3lab serve (CPU)
-    tp: int = 1  # tensor parallel size (sglang --tp-size); reference: must be 1
-    speculative_algorithm: str = "EAGLE3"  # used only with a draft
-    steps: int = 3  # --speculative-num-steps: draft forward passes per verify
-    topk: int = 1  # --speculative-eagle-topk: 1 = chain drafting
-    draft_tokens: int | None = None  # --speculative-num-draft-tokens; None: steps + 1
-    cuda_graph: bool = True  # False adds --disable-cuda-graph (debugging a hang)
-    cuda_graph_max_bs: int | None = None  # lower it when CUDA-graph capture hangs or OOMs
-    max_running_requests: int | None = None  # SGLang resets it to 48 with speculation
-    host: str = "127.0.0.1"  # anything else makes the server reachable from outside
-    port: int = 30000  # 0: pick a free port at start()
-    device: str = "auto"  # reference engine only: cpu, cuda or auto
-    extra_args: list[str] = dataclasses.field(default_factory=list)  # appended verbatim
-    env: dict[str, str] = dataclasses.field(default_factory=dict)  # e.g. NCCL_DEBUG: INFO
-    python: str | None = None  # interpreter that runs the server; None: this one
-    sglang_version: str | None = None  # release the argv is for; None: installed/pinned
+class LaunchConfig(StrictConfig):
+    WHERE: ClassVar[str] = "launch config"
 
-    def __post_init__(self) -> None:
-        def bad(field: str, expected: str) -> UserError:
-            return UserError(f"launch config: {field}={getattr(self, field)!r}; expected "
-                             f"{expected}.")
+    target: str = Field(min_length=1, description="target model: HF directory (sglang) or "
+                        "directory/preset name (reference)")
+    draft: str | None = Field(None, description="EAGLE-3 draft checkpoint; None serves "
+                              "without speculation")
+    engine: Literal["sglang", "reference"] = Field("sglang", description="reference: "
+                                                   "eagle3lab serve (CPU)")
+    tp: int = Field(1, ge=1, description="tensor parallel size (sglang --tp-size); reference: "
+                    "must be 1")
+    speculative_algorithm: str = Field("EAGLE3", description="used only with a draft")
+    steps: int = Field(3, ge=1, description="--speculative-num-steps: draft forward passes "
+                       "per verify")
+    topk: int = Field(1, ge=1, description="--speculative-eagle-topk: 1 = chain drafting")
+    draft_tokens: int | None = Field(None, description="--speculative-num-draft-tokens; "
+                                     "None: steps + 1")
+    cuda_graph: bool = Field(True, description="False adds --disable-cuda-graph (debugging a "
+                             "hang)")
+    cuda_graph_max_bs: int | None = Field(None, description="lower it when CUDA-graph capture "
+                                          "hangs or OOMs")
+    max_running_requests: int | None = Field(None, description="SGLang resets it to 48 with "
+                                             "speculation")
+    host: str = Field("127.0.0.1", description="anything else makes the server reachable "
+                      "from outside")
+    port: int = Field(30000, ge=0, le=65535, description="0: pick a free port at start()")
+    device: str = Field("auto", description="reference engine only: cpu, cuda or auto")
+    extra_args: list[str] = Field(default_factory=list, description="appended verbatim, one "
+                                  "argv item each")
+    env: dict[str, str] = Field(default_factory=dict, description="e.g. NCCL_DEBUG: INFO")
+    python: str | None = Field(None, description="interpreter that runs the server; None: "
+                               "this one")
+    sglang_version: str | None = Field(None, description="release the argv is for; None: "
+                                       "installed/pinned")
 
-        if self.engine not in ("sglang", "reference"):
-            raise bad("engine", "'sglang' or 'reference'")
-        for f in ("tp", "steps", "topk"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise bad(f, "an integer >= 1")
-        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
-            raise bad("port", "an integer in 0..65535 (0 picks a free port)")
-        if not self.target:
-            raise bad("target", "a model directory or preset name")
+    def check(self, where: str) -> None:
         if self.engine == "reference" and self.tp != 1:
-            raise bad("tp", "1 for the reference engine (one process, one device)")
+            raise ValueError(f"tp={self.tp}; expected 1 for the reference engine (one "
+                             f"process, one device)")
         if self.draft and self.topk == 1 and self.draft_tokens not in (None, self.steps + 1):
-            raise UserError(
-                f"launch config: draft_tokens={self.draft_tokens} with topk=1: a chain "
-                f"verifies steps + 1 = {self.steps + 1} tokens and SGLang overrides the value "
-                f"silently. Set draft_tokens to {self.steps + 1} or leave it None.")
+            raise ValueError(
+                f"draft_tokens={self.draft_tokens} with topk=1: a chain verifies steps + 1 = "
+                f"{self.steps + 1} tokens and SGLang overrides the value silently. Set "
+                f"draft_tokens to {self.steps + 1} or leave it None")
         if self.draft and self.topk > 1 and self.draft_tokens is None:
-            raise UserError("launch config: topk > 1 (tree drafting) needs draft_tokens, the "
-                            "number of tree nodes verified per step (e.g. 8 or 16).")
-        if not all(isinstance(a, str) for a in self.extra_args):
-            raise bad("extra_args", "a list of strings, one per argv item")
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "launch config") -> "LaunchConfig":
-        """Strict: unknown keys and wrong types raise UserError naming the field."""
-        return strict_from_dict(cls, data, where)
+            raise ValueError("topk > 1 (tree drafting) needs draft_tokens, the number of tree "
+                             "nodes verified per step (e.g. 8 or 16)")
 
     @property
     def effective_draft_tokens(self) -> int | None:
@@ -261,7 +257,7 @@ def start_command(argv: list[str], *, run_dir: str | Path, name: str = "server",
         log_path.rename(run_dir / f"{name}.{n}.log")
     atomic_write_json(run_dir / f"{name}.launch.json", {
         "argv": argv, "url": url, "env": env or {}, "started": dt.datetime.now().isoformat(),
-        "config": dataclasses.asdict(config) if config else None, "sglang_check": check})
+        "config": config.model_dump() if config else None, "sglang_check": check})
     proc = process.start_group(argv, log_path=log_path, env=env)
     return ServerHandle(name=name, argv=argv, url=url, log_path=log_path, run_dir=run_dir,
                         proc=proc, config=config, check=check, faulthandler_ok=faulthandler_ok)
@@ -271,7 +267,7 @@ def start(config: LaunchConfig, *, run_dir: str | Path, name: str | None = None,
           check: bool = True) -> ServerHandle:
     """Check (SGLang engine, where sglang imports) and start the server of `config`."""
     if config.port == 0:
-        config = dataclasses.replace(config, port=free_port(config.host))
+        config = config.model_copy(update={"port": free_port(config.host)})
     argv = config.to_argv()
     notes = []
     result = None

@@ -18,44 +18,51 @@ held-out batches) lives in eagle3lab.study.scaling.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, ClassVar
 
-from eagle3lab.config import strict_from_dict
+from pydantic import Field
+
+from eagle3lab.config import StrictConfig
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json
 
 
-@dataclasses.dataclass
-class StudyConfig:
-    data: str  # train shards (with a vocab map)
-    out: str  # study directory
-    eval_data: str | None = None  # held-out shards (recommended: the held-out prompts)
-    data_fractions: list[float] = dataclasses.field(default_factory=lambda: [1.0, 0.25])
-    weight_decays: list[float] = dataclasses.field(default_factory=lambda: [0.01])
-    seeds: list[int] = dataclasses.field(default_factory=lambda: [0, 1])
-    budget_epochs: float = 2.0  # compute budget: passes over the FULL train set per run
-    epoch_multipliers: list[float] = dataclasses.field(default_factory=lambda: [0.5, 1.0])
-    train: dict = dataclasses.field(default_factory=dict)  # TrainConfig overrides, all runs
+#: TrainConfig fields each run of the study gets from the study itself.
+_SET_BY_STUDY = {"data", "eval_data", "out", "data_fraction", "weight_decay", "seed", "epochs",
+                 "max_tokens", "max_steps", "eval_at_tokens", "resume"}
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "StudyConfig":
-        cfg = strict_from_dict(cls, d, "study config")
-        if not cfg.data_fractions or any(not 0 < f <= 1 for f in cfg.data_fractions):
-            raise UserError("study config: data_fractions must be values in (0, 1].")
-        if len(cfg.seeds) < 1 or cfg.budget_epochs <= 0 or not cfg.epoch_multipliers:
-            raise UserError("study config: needs >= 1 seed, budget_epochs > 0 and at least "
-                            "one epoch multiplier.")
-        forbidden = {"data", "eval_data", "out", "data_fraction", "weight_decay", "seed",
-                     "epochs", "max_tokens", "max_steps", "eval_at_tokens", "resume"}
-        if bad := sorted(forbidden & set(cfg.train)):
-            raise UserError(f"study config: train overrides {bad} are set by the study itself.")
-        return cfg
+
+class StudyConfig(StrictConfig):
+    WHERE: ClassVar[str] = "study config"
+
+    data: str = Field(description="train shards (with a vocab map)")
+    out: str = Field(description="study directory")
+    eval_data: str | None = Field(None, description="held-out shards (recommended: the "
+                                  "held-out prompts)")
+    data_fractions: list[Annotated[float, Field(gt=0, le=1)]] = Field(
+        default_factory=lambda: [1.0, 0.25], min_length=1,
+        description="one arm per fraction of the train set, each in (0, 1]")
+    weight_decays: list[float] = Field(default_factory=lambda: [0.01],
+                                       description="one arm per weight decay")
+    seeds: list[int] = Field(default_factory=lambda: [0, 1], min_length=1,
+                             description="runs per arm (at least two to measure the spread)")
+    budget_epochs: float = Field(2.0, gt=0, description="compute budget: passes over the FULL "
+                                 "train set per run")
+    epoch_multipliers: list[Annotated[float, Field(gt=0)]] = Field(
+        default_factory=lambda: [0.5, 1.0], min_length=1,
+        description="compute levels compared, as multiples of budget_epochs")
+    train: dict = Field(default_factory=dict, description="TrainConfig overrides, all runs")
+
+    def check(self, where: str) -> None:
+        from eagle3lab.train.config import check_train_overrides
+
+        check_train_overrides(self.train, where, reserved=_SET_BY_STUDY,
+                              set_by="the study itself")
 
 
 def full_epoch_tokens(data: str, max_tokens_per_batch: int = 2048,
@@ -102,7 +109,7 @@ def run_study(cfg: StudyConfig | None = None, *, progress: bool = True,
     plan = plan_study(cfg)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     atomic_write_json(Path(cfg.out) / "study.json", {
-        "format": "eagle3lab-study", "version": 1, "config": dataclasses.asdict(cfg),
+        "format": "eagle3lab-study", "version": 1, "config": cfg.model_dump(),
         "runs": [{k: v for k, v in r.items() if k != "kwargs"} for r in plan],
         "budget_tokens_levels": plan[0]["kwargs"]["eval_at_tokens"]})
     status = {}

@@ -4,20 +4,20 @@ Prevents two silent failures:
 - options the serving engine ignores: `serve_engine` picks the speculators flags that
   engine actually implements (ENGINE_PROFILES) and the run records the choice;
 - a resumed run that is not the same run: resuming with other settings (those that change
-  what is computed) is refused naming both values; a typo'd or mistyped key is refused
-  instead of ignored (`strict_from_dict`).
+  what is computed) is refused naming both values; a typo'd, mistyped or out-of-range key
+  is refused instead of ignored (`StrictConfig`).
 
-`eagle3lab train`'s options are generated from TrainConfig's fields, their help from each
-field's trailing comment (`commands/train.py` reads this class's source): keep one field a
-line, `name: type = default  # help`.
+`eagle3lab train`'s options are generated from TrainConfig's fields: their names, types,
+defaults and help (each field's `description`), so the CLI and the library cannot drift.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from eagle3lab.config import strict_from_dict
+from pydantic import Field
+
+from eagle3lab.config import StrictConfig
 from eagle3lab.errors import UserError
 
 #: Speculators EAGLE-3 flags each serving engine implements (checked against the engines'
@@ -32,70 +32,80 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclasses.dataclass
-class TrainConfig:
-    data: str  # train shard directory (made by `eagle3lab extract`, with a vocab map)
-    out: str  # run directory: run.json, metrics.jsonl, checkpoints/, final/
-    eval_data: str | None = None  # held-out shards; None = hold out eval_fraction of data
-    eval_fraction: float = 0.05  # used only without eval_data
-    data_fraction: float = 1.0  # train on this fraction of the samples (nested subsets)
-    data_seed: int = 0  # picks the held-out and data_fraction subsets (not the data order)
-    epochs: int = 1  # passes over the (fraction of the) data; max_steps/max_tokens cut it
-    max_steps: int | None = None  # stop after this many optimizer steps
-    max_tokens: int | None = None  # stop once this many tokens were processed (equal compute)
-    max_tokens_per_batch: int = 2048  # packed tokens per step (speculators' total_seq_len)
-    pad_batches: bool = False  # pad batches to max_tokens_per_batch (always on CUDA: compile)
-    lr: float = 3e-4  # peak learning rate (AdamW)
-    schedule: Literal["constant", "cosine", "linear"] = "cosine"  # after warmup
-    warmup_steps: int = 0
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0  # max global grad norm; 0 = off
-    ttt_steps: int = 3  # TTT unroll depth (speculators 3, SpecForge/EAGLE 7)
-    ttt_step_loss_decay: float = 1.0  # loss weight decay**i at position i (EAGLE: 0.8)
-    loss_fn: str = "kl_div"  # speculators loss name or JSON mix, eager implementation
-    num_layers: int = 1  # draft decoder layers
-    train_lm_head: bool = False  # train the draft head too (speculators freezes it)
-    serve_engine: Literal["sglang", "vllm"] = "sglang"  # picks ENGINE_PROFILES flags
-    draft_attn: Literal["sdpa", "eager", "simple_flex_attention"] = "sdpa"
-    eval_every: int = 50  # steps between evals (0 = only at the start and the end)
-    eval_at_tokens: list[int] = dataclasses.field(default_factory=list)  # extra evals
-    eval_at_start: bool = True  # evaluate the untrained drafter (step 0)
-    log_every: int = 1  # steps between metrics lines (eval steps always log)
-    checkpoint_every: int = 0  # steps between checkpoints (0 = only the final one)
-    keep_checkpoints: int = 2  # newest step checkpoints kept
-    seed: int = 0  # model init and data order
-    device: str = "auto"  # auto / cpu / cuda[:i]
-    cpu_threads: int = 0  # torch threads on CPU (0: default; 1 helps on a CPU shared by jobs)
-    target: str | None = None  # target dir if it moved since extraction (hash-checked)
-    init_from: str | None = None  # speculators drafter to fine-tune (must match shards)
-    resume: bool = False  # continue the run in `out` from its newest checkpoint
-    stop_after_steps: int | None = None  # stop (as if killed) after this step; for tests
-    progress: bool = True  # tqdm bar
+class TrainConfig(StrictConfig):
+    WHERE: ClassVar[str] = "train config"
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "train config") -> "TrainConfig":
-        cfg = strict_from_dict(cls, d, where)
-        cfg.validate()
-        return cfg
+    data: str = Field(description="train shard directory (made by `eagle3lab extract`, "
+                      "with a vocab map)")
+    out: str = Field(description="run directory: run.json, metrics.jsonl, checkpoints/, "
+                     "final/")
+    eval_data: str | None = Field(None, description="held-out shards; None = hold out "
+                                  "eval_fraction of data")
+    eval_fraction: float = Field(0.05, gt=0, lt=1, description="used only without eval_data")
+    data_fraction: float = Field(1.0, gt=0, le=1, description="train on this fraction of the "
+                                 "samples (nested subsets)")
+    data_seed: int = Field(0, description="picks the held-out and data_fraction subsets "
+                           "(not the data order)")
+    epochs: int = Field(1, ge=1, description="passes over the (fraction of the) data; "
+                        "max_steps/max_tokens cut it")
+    max_steps: int | None = Field(None, description="stop after this many optimizer steps")
+    max_tokens: int | None = Field(None, description="stop once this many tokens were "
+                                   "processed (equal compute)")
+    max_tokens_per_batch: int = Field(2048, ge=16, description="packed tokens per step "
+                                      "(speculators' total_seq_len)")
+    pad_batches: bool = Field(False, description="pad batches to max_tokens_per_batch "
+                              "(always on CUDA: compile)")
+    lr: float = Field(3e-4, gt=0, description="peak learning rate (AdamW)")
+    schedule: Literal["constant", "cosine", "linear"] = Field(
+        "cosine", description="learning-rate schedule after warmup")
+    warmup_steps: int = Field(0, description="steps of linear warmup from 0 to lr")
+    weight_decay: float = Field(0.01, description="AdamW weight decay")
+    grad_clip: float = Field(1.0, description="max global grad norm; 0 = off")
+    ttt_steps: int = Field(3, ge=1, description="TTT unroll depth (speculators 3, "
+                           "SpecForge/EAGLE 7)")
+    ttt_step_loss_decay: float = Field(1.0, description="loss weight decay**i at position i "
+                                       "(EAGLE: 0.8)")
+    loss_fn: str = Field("kl_div", description="speculators loss name or JSON mix, eager "
+                         "implementation")
+    num_layers: int = Field(1, ge=1, description="draft decoder layers")
+    train_lm_head: bool = Field(False, description="train the draft head too (speculators "
+                                "freezes it)")
+    serve_engine: Literal["sglang", "vllm"] = Field("sglang", description="picks "
+                                                    "ENGINE_PROFILES flags")
+    draft_attn: Literal["sdpa", "eager", "simple_flex_attention"] = Field(
+        "sdpa", description="attention implementation of the draft decoder layer")
+    eval_every: int = Field(50, description="steps between evals (0 = only at the start and "
+                            "the end)")
+    eval_at_tokens: list[int] = Field(default_factory=list, description="extra evals, at the "
+                                      "first step reaching each of these token counts")
+    eval_at_start: bool = Field(True, description="evaluate the untrained drafter (step 0)")
+    log_every: int = Field(1, description="steps between metrics lines (eval steps always "
+                           "log)")
+    checkpoint_every: int = Field(0, description="steps between checkpoints (0 = only the "
+                                  "final one)")
+    keep_checkpoints: int = Field(2, description="newest step checkpoints kept")
+    seed: int = Field(0, description="model init and data order")
+    device: str = Field("auto", description="auto / cpu / cuda[:i]")
+    cpu_threads: int = Field(0, description="torch threads on CPU (0: default; 1 helps on a "
+                             "CPU shared by jobs)")
+    target: str | None = Field(None, description="target dir if it moved since extraction "
+                               "(hash-checked)")
+    init_from: str | None = Field(None, description="speculators drafter to fine-tune (must "
+                                  "match shards)")
+    resume: bool = Field(False, description="continue the run in `out` from its newest "
+                         "checkpoint")
+    stop_after_steps: int | None = Field(None, description="stop (as if killed) after this "
+                                         "step; for tests")
+    progress: bool = Field(True, description="tqdm bar")
 
-    @classmethod
-    def defaults(cls) -> dict[str, Any]:
-        """Every field that has a default, with it (a dict a partial config is laid over)."""
-        missing = dataclasses.MISSING
-        return {f.name: f.default if f.default is not missing else f.default_factory()
-                for f in dataclasses.fields(cls)
-                if f.default is not missing or f.default_factory is not missing}
 
-    def validate(self) -> None:
-        checks = [(0 < self.data_fraction <= 1, "data_fraction must be in (0, 1]"),
-                  (0 < self.eval_fraction < 1, "eval_fraction must be in (0, 1)"),
-                  (self.epochs >= 1, "epochs must be >= 1"),
-                  (self.ttt_steps >= 1, "ttt_steps must be >= 1"),
-                  (self.max_tokens_per_batch >= 16, "max_tokens_per_batch must be >= 16"),
-                  (self.lr > 0, "lr must be > 0"), (self.num_layers >= 1, "num_layers >= 1")]
-        for ok, msg in checks:
-            if not ok:
-                raise UserError(f"train config: {msg}.")
+def check_train_overrides(overrides: dict[str, Any], where: str, *, reserved: set[str],
+                          set_by: str) -> None:
+    """Check a `train:` section of overrides (a pipeline's, a study's): the fields `set_by`
+    sets itself (`reserved`) are refused, the rest must be valid TrainConfig fields."""
+    if bad := sorted(set(overrides) & reserved):
+        raise UserError(f"{where}.train: {', '.join(bad)} are set by {set_by}; remove them.")
+    TrainConfig.from_dict({"data": "", "out": "", **overrides}, f"{where}.train")
 
 
 #: Settings that may differ when resuming (they do not change what is computed).
@@ -108,7 +118,7 @@ def check_resume_settings(run_config: dict[str, Any], cfg: TrainConfig, out) -> 
     # fields newer than the run take their defaults
     old = {k: v for k, v in {**TrainConfig.defaults(), **run_config}.items()
            if k not in _RESUME_FREE}
-    new = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _RESUME_FREE}
+    new = {k: v for k, v in cfg.model_dump().items() if k not in _RESUME_FREE}
     diff = [f"{k}: run {old.get(k)!r}, now {new.get(k)!r}" for k in sorted(set(old) | set(new))
             if old.get(k) != new.get(k)]
     if diff:

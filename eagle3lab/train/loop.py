@@ -15,7 +15,6 @@ those two calls shimmed: same tokens/s as this loop.)
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import time
@@ -109,7 +108,6 @@ def _train_run(cfg: TrainConfig) -> dict[str, Any]:
 
     from eagle3lab.target.adapter import resolve_device
 
-    cfg.validate()
     out = check_writable_dir(cfg.out, "run directory")
     run_path, metrics_path = out / "run.json", out / "metrics.jsonl"
     previous = read_run(out) if run_path.exists() else None
@@ -157,7 +155,7 @@ def _train_run(cfg: TrainConfig) -> dict[str, Any]:
     truncate_metrics(metrics_path, state["step"] if ckpts else -1)
     info = {
         "format": RUN_FORMAT, "version": RUN_VERSION, "status": "running",
-        "config": dataclasses.asdict(cfg), "versions": versions(),
+        "config": cfg.model_dump(), "versions": versions(),
         "data": {"train": shard_identity(shards), "eval_note": eval_note,
                  "eval": shard_identity(eval_data.shards),
                  "train_samples": len(train_data.indices),

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from pydantic_core import PydanticUndefined
 
 from eagle3lab.cli import build_parser, main
 
@@ -29,6 +30,59 @@ def test_every_subcommand_explains_itself(cmd, capsys):
         main([cmd, "--help"])
     assert e.value.code == 0
     assert len(capsys.readouterr().out) > 300
+
+
+def _option(cmd: str, flag: str):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[cmd]
+    return next(a for a in sub._actions if flag in a.option_strings)
+
+
+@pytest.mark.parametrize("flag, cmds", [
+    ("--target", ["accept", "extract", "regenerate", "self-prompt", "serve"]),
+    ("--device", ["accept", "extract", "regenerate", "self-prompt", "serve"]),
+    ("--dtype", ["accept", "regenerate", "self-prompt"]),
+    ("--no-progress", ["extract", "regenerate", "self-prompt", "report", "demo"]),
+    ("--json", ["accept", "inspect", "logs"]),
+    ("--system-prompt", ["regenerate", "self-prompt"]),
+])
+def test_shared_options_are_one_definition(flag, cmds):
+    """Each shared option comes from one parent parser: the same action kind and default
+    everywhere, and the same help up to a command's own note."""
+    from eagle3lab.cli.common import TARGET_HELP
+
+    actions = [_option(c, flag) for c in cmds]
+    assert len({(type(a), a.default, a.type, a.dest) for a in actions}) == 1
+    assert all(a.help for a in actions)
+    if flag == "--target":
+        assert all(a.help.startswith(TARGET_HELP) for a in actions)
+        assert _option("extract", flag).help.endswith("(must be the model that wrote the "
+                                                      "conversations)")
+    if flag in ("--device", "--system-prompt"):
+        assert len({a.help for a in actions}) == 1
+
+
+def test_train_help_explains_every_trainconfig_field(capsys):
+    """`eagle3lab train --help` is generated from TrainConfig: every field is an option
+    with its description and its default; types and choices come from the annotations."""
+    from eagle3lab.train import TrainConfig
+
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--help"])
+    assert e.value.code == 0
+    text = "".join(capsys.readouterr().out.split())  # undo argparse's line wrapping
+    for name, field in TrainConfig.model_fields.items():
+        assert field.description, f"TrainConfig.{name} has no description"
+        assert "--" + name.replace("_", "-") in text
+        assert "".join(field.description.split()) in text, name
+        if field.default not in (None, PydanticUndefined):
+            assert f"(default:{field.default})" in text, name
+    assert _option("train", "--schedule").choices == ["constant", "cosine", "linear"]
+    args = build_parser().parse_args(["train", "--data", "d", "--eval-at-tokens", "10", "20",
+                                      "--no-progress", "--lr", "0.1", "--max-steps", "3"])
+    assert (args.eval_at_tokens, args.progress, args.lr, args.max_steps) == ([10, 20], False,
+                                                                             0.1, 3)
+    assert not hasattr(args, "epochs")  # unset options fall back to --config, then defaults
 
 
 def test_bad_input_is_one_paragraph_and_exit_1(tmp_path, capsys):

@@ -71,7 +71,24 @@ def test_shipped_params_files_match_the_notebooks(name):
     ({"pipeline": {"train_promts": 3}}, "unknown field(s) train_promts"),
     ({"pipeline": {"train": {"lr_schedle": "cosine"}}}, "unknown field(s) lr_schedle"),
     ({"pipeline": {"train": {"out": "/x"}}}, "pipeline.train: out are set by the pipeline"),
-    ({"report": {"timeout": 5}}, "report.timeout: unknown"),
+    ({"pipeline": {"train_prompts": 0}}, "pipeline: field 'train_prompts' has value 0 (int); "
+     "expected a value greater than or equal to 1"),
+    ({"pipeline": {"train": {"lr": "fast"}}}, "pipeline.train: field 'lr' has value 'fast' "
+     "(str); expected a valid number"),
+    ({"pipeline": {"train": {"data_fraction": 1.5}}}, "pipeline.train: field 'data_fraction' "
+     "has value 1.5 (float); expected a value less than or equal to 1"),
+    ({"pipeline": ["work_dir"]}, "pipeline: expected a mapping of fields, found list"),
+    ({"report": {"timeout": 5}}, "report: unknown field(s) timeout (known fields: "
+     "description, timeout_s"),
+    ({"report": {"timeout_s": True}}, "report: field 'timeout_s' has value True (bool)"),
+    # notebook parameters against the types their parameters cells declare
+    ({"02_training_curves": {"plateau_threshold": True}}, "02_training_curves."
+     "plateau_threshold: True (bool) but 02_training_curves declares plateau_threshold: float"),
+    ({"05_acceptance": {"compare_failures": 1}}, "05_acceptance.compare_failures: 1 (int) but "
+     "05_acceptance declares compare_failures: bool"),
+    ({"05_acceptance": {"chain_lengths": "1,3"}}, "05_acceptance.chain_lengths: '1,3' (str) "
+     "but 05_acceptance declares chain_lengths: list"),
+    ({"common": {"max_new_tokens": 64.0}}, "common.max_new_tokens: 64.0 (float) but"),
 ])
 def test_params_errors_name_the_section_and_key(raw, expected):
     from eagle3lab.errors import UserError
@@ -79,6 +96,30 @@ def test_params_errors_name_the_section_and_key(raw, expected):
     with pytest.raises(UserError) as e:
         _parse(raw)
     assert expected in str(e.value)
+
+
+def test_params_of_the_declared_types_pass():
+    """As in a config: an int is a float, a list is a list; the file's sections come back."""
+    rp = _parse({"report": {"timeout_s": 60, "description": "d"},
+                 "pipeline": {"train_prompts": 4, "train": {"lr": 1e-3, "max_steps": 2}},
+                 "02_training_curves": {"plateau_threshold": 1, "names": ["a"]},
+                 "05_acceptance": {"compare_failures": False, "chain_lengths": [1, 3]}})
+    assert rp.timeout_s == 60.0 and rp.description == "d"
+    assert rp.pipeline.train_prompts == 4 and rp.pipeline.train == {"lr": 1e-3, "max_steps": 2}
+    assert rp.sections["02_training_curves"] == {"plateau_threshold": 1, "names": ["a"]}
+    assert list(rp.pipeline.model_dump())[:3] == ["work_dir", "target", "device"]
+
+
+def test_params_file_errors_name_the_file(tmp_path):
+    from eagle3lab.errors import UserError
+
+    path = tmp_path / "my.yaml"
+    path.write_text("pipeline:\n  train:\n    lr: -1\n  batch_size: '16'\n")
+    with pytest.raises(UserError) as e:
+        _parse(str(path))
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: pipeline: field 'batch_size' has value '16' (str); "
+                          "expected a valid integer"), msg
 
 
 def test_all_problems_are_reported_together():

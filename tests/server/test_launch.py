@@ -62,6 +62,37 @@ def test_strict_config():
     assert cfg.env == {"NCCL_DEBUG": "INFO"} and cfg.effective_draft_tokens == 4
 
 
+@pytest.mark.parametrize("data, expected", [
+    ({"target": "/m", "speculative_num_stepz": 3},
+     "launch.yaml: unknown field(s) speculative_num_stepz (known fields: "),
+    ({"target": "/m", "steps": "3"},
+     "launch.yaml: field 'steps' has value '3' (str); expected a valid integer."),
+    ({"target": "/m", "port": 70000},
+     "launch.yaml: field 'port' has value 70000 (int); expected a value less than or equal "
+     "to 65535."),
+    ({"target": "/m", "topk": 0},
+     "launch.yaml: field 'topk' has value 0 (int); expected a value greater than or equal to 1"),
+    ({"target": "/m", "extra_args": ["--x", 3]},
+     "launch.yaml: field 'extra_args[1]' has value 3 (int); expected a valid string."),
+    ({"target": "/m", "env": {"NCCL_DEBUG": 1}}, "launch.yaml: field 'env.NCCL_DEBUG'"),
+    ({"steps": 3}, "launch.yaml: field 'target' is required."),
+    (["/m"], "launch.yaml: expected a mapping of fields, found list."),
+])
+def test_strict_config_errors_name_the_file_and_field(data, expected):
+    with pytest.raises(UserError) as e:
+        LaunchConfig.from_dict(data, "launch.yaml")
+    assert str(e.value).startswith(expected)
+
+
+def test_config_saves_as_before_and_copies_unvalidated_fields():
+    """model_dump keeps the field order (the launch record's keys); start() picks a port
+    with model_copy."""
+    cfg = LaunchConfig(target="/m", port=0)
+    assert list(cfg.model_dump())[:4] == ["target", "draft", "engine", "tp"]
+    assert cfg.model_copy(update={"port": 1234}).url == "http://127.0.0.1:1234"
+    assert cfg.port == 0
+
+
 def _checked(argv):
     res = check_argv_with_sglang(argv)
     if res["status"] == "unavailable":

@@ -37,6 +37,27 @@ def test_study_config_is_strict(tmp_path):
         StudyConfig.from_dict(dict(data="d", out="o", fractions=[0.5]))
     with pytest.raises(UserError, match="data_fractions"):
         StudyConfig.from_dict(dict(data="d", out="o", data_fractions=[0.0]))
+    with pytest.raises(UserError) as e:
+        StudyConfig.from_dict(dict(data="d", out="o", data_fractions=[0.5, 1.5]))
+    assert str(e.value) == ("study config: field 'data_fractions[1]' has value 1.5 (float); "
+                            "expected a value less than or equal to 1.")
+    with pytest.raises(UserError, match=r"field 'seeds\[0\]' has value '0' \(str\); expected a "
+                       "valid integer"):
+        StudyConfig.from_dict(dict(data="d", out="o", seeds=["0"]))
+    with pytest.raises(UserError, match="field 'budget_epochs' has value 0 .*greater than 0"):
+        StudyConfig.from_dict(dict(data="d", out="o", budget_epochs=0))
+    with pytest.raises(UserError, match="field 'seeds' .*at least 1 item"):
+        StudyConfig.from_dict(dict(data="d", out="o", seeds=[]))
+    # the train overrides are TrainConfig fields, checked before any run starts
+    with pytest.raises(UserError, match=r"^study.yaml.train: unknown field\(s\) lr_schedle"):
+        StudyConfig.from_dict(dict(data="d", out="o", train={"lr_schedle": "cosine"}),
+                              "study.yaml")
+    with pytest.raises(UserError, match="^study config.train: field 'lr' has value -1"):
+        StudyConfig.from_dict(dict(data="d", out="o", train={"lr": -1}))
+    cfg = StudyConfig.from_dict(dict(data="d", out="o", budget_epochs=3))
+    assert cfg.budget_epochs == 3.0 and list(cfg.model_dump()) == [
+        "data", "out", "eval_data", "data_fractions", "weight_decays", "seeds",
+        "budget_epochs", "epoch_multipliers", "train"]
 
 
 def test_sweep_skips_finished_resumes_interrupted_and_compares(tmp_path, sharp_data):

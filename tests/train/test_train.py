@@ -198,6 +198,79 @@ def test_unknown_config_key_is_refused(tmp_path, sharp_data):
 
     with pytest.raises(UserError, match="unknown field.*lr_schedle"):
         train(data=sharp_data["train"], out=str(tmp_path / "r"), lr_schedle="cosine")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ({"lr_schedle": "cosine"}, "unknown field(s) lr_schedle (known fields: checkpoint_every, "),
+    ({"epochs": "3"}, "field 'epochs' has value '3' (str); expected a valid integer."),
+    ({"pad_batches": 1}, "field 'pad_batches' has value 1 (int); expected a valid boolean."),
+    ({"lr": True}, "field 'lr' has value True (bool); expected a valid number."),
+    ({"lr": 0}, "field 'lr' has value 0 (int); expected a value greater than 0."),
+    ({"data_fraction": 1.5}, "field 'data_fraction' has value 1.5 (float); expected a value "
+     "less than or equal to 1."),
+    ({"eval_fraction": 1.0}, "field 'eval_fraction' has value 1.0 (float); expected a value "
+     "less than 1."),
+    ({"max_tokens_per_batch": 8}, "field 'max_tokens_per_batch' has value 8 (int); expected a "
+     "value greater than or equal to 16."),
+    ({"schedule": "cos"}, "field 'schedule' has value 'cos' (str); expected 'constant', "
+     "'cosine' or 'linear'."),
+    ({"eval_at_tokens": [100, "200"]}, "field 'eval_at_tokens[1]' has value '200' (str); "
+     "expected a valid integer."),
+    ({"epochs": 0, "ttt_steps": 0}, "field 'epochs' has value 0 (int); expected a value greater "
+     "than or equal to 1; field 'ttt_steps' has value 0 (int); expected a value greater than or "
+     "equal to 1."),
+])
+def test_bad_config_values_name_the_file_and_field(bad, expected):
+    from eagle3lab.train import TrainConfig
+
+    with pytest.raises(UserError) as e:
+        TrainConfig.from_dict({"data": "d", "out": "o", **bad}, "cfg.json")
+    assert str(e.value).startswith("cfg.json: " + expected), str(e.value)
+
+
+def test_config_built_directly_is_checked_and_saves_in_field_order():
+    from eagle3lab.train import TrainConfig
+
+    with pytest.raises(UserError, match="^train config: field 'num_layers' has value 0"):
+        TrainConfig(data="d", out="o", num_layers=0)
+    with pytest.raises(UserError, match="^train config: field 'out' is required"):
+        TrainConfig(data="d")
+    cfg = TrainConfig(data="d", out="o", data_fraction=1, eval_at_tokens=[5])
+    assert cfg.data_fraction == 1.0 and isinstance(cfg.data_fraction, float)
+    saved = cfg.model_dump()
+    assert list(saved) == list(TrainConfig.model_fields) and saved["eval_at_tokens"] == [5]
+    assert TrainConfig.defaults() == {k: v for k, v in saved.items()
+                                      if k not in ("data", "out", "data_fraction",
+                                                   "eval_at_tokens")} | {
+        "data_fraction": 1.0, "eval_at_tokens": []}
+
+
+def test_cli_config_file_errors_name_the_file_and_field(tmp_path, capsys):
+    from eagle3lab.cli import main
+
+    cfg = tmp_path / "train.json"
+    for content, expected in [
+            ({"data": "d", "lr": "fast"}, "field 'lr' has value 'fast' (str); expected a valid "
+             "number"),
+            ({"data": "d", "warmup_step": 5}, "unknown field(s) warmup_step"),
+            ({"data": "d", "ttt_steps": 0}, "field 'ttt_steps' has value 0 (int); expected a "
+             "value greater than or equal to 1")]:
+        cfg.write_text(json.dumps(content))
+        rc = main(["train", "--config", str(cfg), "--out", str(tmp_path / "run")])
+        err = capsys.readouterr().err
+        assert rc == 1 and err.startswith(f"eagle3lab train: error: train config {cfg} (with "
+                                          f"the command-line options): {expected}"), err
+    cfg.write_text(json.dumps(["--data", "d"]))
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "run")]) == 1
+    assert f"--config {cfg}: expected a JSON object of TrainConfig fields, found a list" in \
+        capsys.readouterr().err
+    cfg.write_bytes(b"\xff\xfe{}")
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "run")]) == 1
+    assert f"--config {cfg}: cannot read it as JSON" in capsys.readouterr().err
+    assert main(["train", "--data", "d", "--out", str(tmp_path / "run"), "--lr", "-1"]) == 1
+    assert "train options: field 'lr' has value -1.0 (float)" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 # --- NaN ---------------------------------------------------------------------------------

@@ -1,0 +1,68 @@
+"""What the subcommands share: their registration and the options several of them take,
+each option defined once as an argparse parent parser (`parents=[...]`).
+
+Prevents one option drifting apart between commands (`--device` taking other values, or
+`--no-progress` another meaning, in one command only): the name, type, default and help
+of a shared option live here; a command may only add a note to its help.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable, Sequence
+
+from eagle3lab.config import DEFAULT_TARGET
+
+TARGET_HELP = "preset name, Hugging Face model directory, or hub id"
+
+
+def add_command(sub, name: str, func: Callable[[argparse.Namespace], int], *, help: str,
+                description: str, parents: Sequence[argparse.ArgumentParser] = (),
+                show_defaults: bool = True) -> argparse.ArgumentParser:
+    """Register subcommand `name` (its help lists each option's default unless
+    show_defaults=False); `func(args)` returns the exit code."""
+    kw = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter} if show_defaults else {}
+    p = sub.add_parser(name, help=help, description=description, parents=list(parents), **kw)
+    p.set_defaults(func=func)
+    return p
+
+
+def _parent(*flags: str, **kw) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument(*flags, **kw)
+    return p
+
+
+def target_option(note: str = "") -> argparse.ArgumentParser:
+    """--target: the model a command runs (default: the embedded default target)."""
+    return _parent("--target", default=DEFAULT_TARGET,
+                   help=TARGET_HELP + (f" ({note})" if note else ""))
+
+
+def device_option() -> argparse.ArgumentParser:
+    """--device: where the model runs."""
+    return _parent("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+
+
+def dtype_option(help: str = "model dtype (bfloat16 on GPUs)") -> argparse.ArgumentParser:
+    """--dtype: the dtype the model runs in."""
+    return _parent("--dtype", default="float32", help=help)
+
+
+def no_progress_option(help: str = "no progress bar") -> argparse.ArgumentParser:
+    """--no-progress: no tqdm bars (args.no_progress)."""
+    return _parent("--no-progress", action="store_true", help=help)
+
+
+def json_option(help: str = "print one JSON object") -> argparse.ArgumentParser:
+    """--json: machine-readable output instead of the table."""
+    return _parent("--json", action="store_true", help=help)
+
+
+def generation_options(target_note: str = "") -> argparse.ArgumentParser:
+    """The options of the commands where the target writes text (regenerate, self-prompt):
+    --target, --device, --dtype, --system-prompt, --no-progress."""
+    p = argparse.ArgumentParser(add_help=False, parents=[
+        target_option(target_note), device_option(), dtype_option(), no_progress_option()])
+    p.add_argument("--system-prompt", default=None, help="system message (default: template's)")
+    return p

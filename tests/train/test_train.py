@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from eagle3lab.errors import UserError
+from eagle3lab.workdir import WorkDir
 
 
 def _lines(run: Path) -> list[dict]:
@@ -129,7 +130,7 @@ def other_aux_eval(tmp_path_factory, sharp_data, sharp_target_dir) -> str:
     from eagle3lab.data.extract import extract
 
     out = tmp_path_factory.mktemp("other-aux") / "eval"
-    conv = Path(sharp_data["eval"]).parent.parent / "eval.jsonl"
+    conv = WorkDir(Path(sharp_data["eval"]).parent.parent).responses("eval")
     extract(conversations=conv, out=out, target=str(sharp_target_dir), aux_ids=[0, 3, 5],
             progress=False, limit=6)
     return str(out)
@@ -154,7 +155,7 @@ def test_eval_shards_of_another_hidden_size_are_refused(tmp_path, sharp_data,
     from testutil import make_tiny_llama
 
     small = make_tiny_llama(tmp_path / "h32", default_target_dir, hidden=32)
-    conv = Path(sharp_data["eval"]).parent.parent / "eval.jsonl"
+    conv = WorkDir(Path(sharp_data["eval"]).parent.parent).responses("eval")
     extract(conversations=conv, out=tmp_path / "ev32", target=str(small), progress=False,
             limit=3)
     with pytest.raises(UserError) as e:

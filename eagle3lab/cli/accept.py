@@ -54,7 +54,9 @@ def run(args) -> int:
     import tempfile
 
     from eagle3lab.specdec.accept import Arm, measure_acceptance, summary_rows
+    from eagle3lab.specdec.load import check_draft
 
+    check_draft(args.draft)  # before --compare-failures resolves (maybe prepares) the target
     arms = [Arm("draft", args.draft, args.features, args.load_as)]
     with tempfile.TemporaryDirectory() as tmp:
         if args.compare_failures:

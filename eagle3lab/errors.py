@@ -2,7 +2,9 @@
 
 Raise `UserError` when the input (a path, a file line, a field, a mismatch between two
 artifacts) is wrong and the message can say what was found, what was expected and how to
-fix it. The CLI prints it and exits 1; notebooks show it as an exception.
+fix it. The CLI prints it and exits 1; notebooks show it as an exception. An exception of
+any other type is a bug or an input no check anticipated: the CLI prints it as one line
+and exits 2 (`eagle3lab --debug` adds the traceback).
 """
 
 

@@ -95,6 +95,33 @@ def read_appended_jsonl(path: str | os.PathLike, is_record: Callable[[dict], boo
     return kept
 
 
+def read_json_object(path: str | os.PathLike, *, what: str = "JSON file",
+                     fix: str = "Fix or delete it.") -> dict[str, Any]:
+    """The JSON object in `path`; a missing, unreadable, non-UTF-8, malformed or non-object
+    file raises a UserError naming the file, the line where known, and `fix`."""
+    from eagle3lab.errors import UserError
+
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"The {what} {path} does not exist. {fix}") from None
+    except OSError as e:
+        raise UserError(f"The {what} {path} cannot be read ({e.strerror or e}). {fix}") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"The {what} {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} "
+                        f"at offset {e.start}). {fix}") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"The {what} {path} is not valid JSON (line {e.lineno}, column "
+                        f"{e.colno}: {e.msg}). {fix}") from None
+    if not isinstance(obj, dict):
+        kind = {list: "array (a list)", str: "string", bool: "boolean", int: "number",
+                float: "number"}.get(type(obj), "null")
+        raise UserError(f"The {what} {path} holds a JSON {kind}, not an object "
+                        f"({{\"key\": value, ...}}). {fix}")
+    return obj
+
+
 def atomic_write_text(final: str | os.PathLike, text: str) -> None:
     with atomic_path(final) as tmp:
         tmp.write_text(text)

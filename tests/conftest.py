@@ -1,7 +1,11 @@
-"""Shared fixtures: the real default target (prepared once), tiny random Llama targets, and
-a tiny target whose next-token distributions are SHARP (so matching them is a learnable
-task with a measurable accuracy), its shards, and one trained run shared by the tests that
-only read a run (training and study tests)."""
+"""Shared fixtures: the real default target (prepared once; only for tests marked `real`),
+its tokenizer alone (read from the GGUF, nothing converted), tiny random Llama targets with
+that tokenizer, and a tiny target whose next-token distributions are SHARP (so matching
+them is a learnable task with a measurable accuracy), its shards, and one trained run
+shared by the tests that only read a run (training and study tests).
+
+The marker checks (tests/markers.py) are loaded here: a test that uses the real default
+target must be marked `real`, one that runs a notebook `slow`."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from markers import pytest_collection_modifyitems, real_target_only_when_marked  # noqa: F401
 from testutil import make_tiny_llama
 
 # On a CPU shared with other jobs, OpenMP threads that spin-wait for a descheduled sibling
@@ -27,8 +32,23 @@ def default_target_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_target_dir(tmp_path_factory, default_target_dir) -> Path:
-    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), default_target_dir)
+def tokenizer_dir(tmp_path_factory) -> Path:
+    """SmolLM2's tokenizer (vocab 49152, chat template) saved once per session, built from
+    the GGUF's tokenizer metadata alone (~7 s; no weights are read, nothing is converted).
+    These are the files `prepare_target` saves beside the converted weights."""
+    from transformers import AutoTokenizer
+
+    from eagle3lab.target.default import find_gguf
+
+    gguf = find_gguf()
+    out = tmp_path_factory.mktemp("smollm2-tokenizer")
+    AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_target_dir(tmp_path_factory, tokenizer_dir) -> Path:
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer_dir)
 
 
 @pytest.fixture(scope="session")
@@ -39,10 +59,10 @@ def tiny_target(tiny_target_dir):
 
 
 @pytest.fixture(scope="session")
-def sharp_target_dir(tmp_path_factory, default_target_dir) -> Path:
+def sharp_target_dir(tmp_path_factory, tokenizer_dir) -> Path:
     """8 layers, hidden 64, logits x40: the target's argmax is a stable function of context."""
-    return make_tiny_llama(tmp_path_factory.mktemp("sharp-llama"), default_target_dir,
-                      head_scale=40.0)
+    return make_tiny_llama(tmp_path_factory.mktemp("sharp-llama"), tokenizer_dir,
+                           head_scale=40.0)
 
 
 @pytest.fixture(scope="session")

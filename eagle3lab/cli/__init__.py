@@ -2,8 +2,13 @@
 parses arguments and calls the same typed keyword function a notebook calls.
 
 Each subcommand module exposes `add_parser(subparsers)`, which registers its parser and
-sets `func` (args -> exit code). Bad input raises `UserError`: printed as one paragraph,
-exit 1, no traceback.
+sets `func` (args -> exit code).
+
+Prevents a Python traceback as the answer to bad input. Bad input raises `UserError`
+(printed as one paragraph naming the file/line/field and the fix, exit 1); anything else
+that escapes a command is caught here as the last resort and printed as one line naming
+the exception, the file it concerns (when it names one) and where it was raised, exit 2;
+`eagle3lab --debug COMMAND ...` prints the traceback as well.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 
 from eagle3lab import __version__
 from eagle3lab.errors import UserError
@@ -40,8 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
         "have it write prompts and regenerate training responses, extract hidden-state "
         "shards, and more. "
         "Run `eagle3lab COMMAND --help` for each command.",
+        epilog="Exit status: 0 done; 1 bad input (one paragraph naming the file, line or "
+        "field and the fix); 2 a usage error, or an unexpected error (one line naming it and "
+        "the file; --debug shows the traceback); 130 interrupted (completed work is kept).",
     )
     parser.add_argument("--version", action="version", version=f"eagle3lab {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, also print the Python traceback")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).add_parser(sub)
@@ -57,12 +68,40 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as e:
+        if args.debug:
+            traceback.print_exc()
         print(f"eagle3lab {args.command}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"eagle3lab {args.command}: interrupted; completed work is kept and a re-run "
               f"resumes from it.", file=sys.stderr)
         return 130
+    except Exception as e:  # the last resort: every known bad input is a UserError
+        if args.debug:
+            traceback.print_exc()
+        print(f"eagle3lab {args.command}: unexpected error: {unexpected(e)}"
+              + ("" if args.debug else " Run `eagle3lab --debug ...` for the traceback."),
+              file=sys.stderr)
+        return 2
+
+
+def unexpected(e: BaseException) -> str:
+    """One line for an exception no check anticipated: its type and message, the file it
+    concerns (OSErrors name one) and the innermost eagle3lab frame it passed through."""
+    msg = " ".join(str(e).split()) or "(no message)"
+    if len(msg) > 300:
+        msg = msg[:297] + "..."
+    text = f"{type(e).__name__}: {msg}"
+    filename = getattr(e, "filename", None)
+    if filename and str(filename) not in msg:
+        text += f" (file: {filename})"
+    ours = [f for f in traceback.extract_tb(e.__traceback__)
+            if "/eagle3lab/" in f.filename.replace("\\", "/")]
+    if ours:  # main() itself is one, so there is always one
+        where = ours[-1].filename.replace("\\", "/")
+        where = where[where.rfind("/eagle3lab/") + 1:]
+        text += f" [in {where}:{ours[-1].lineno}, {ours[-1].name}]"
+    return text + "."
 
 
 if __name__ == "__main__":

@@ -52,9 +52,11 @@ def run(args) -> int:
     import tempfile
 
     from eagle3lab.specdec.accept import Arm, measure_acceptance, summary_rows
+    from eagle3lab.specdec.load import check_draft
     from eagle3lab.workdir import drafter_or_default
 
     draft = drafter_or_default(args.draft, args.target)
+    check_draft(draft)  # before --compare-failures resolves (maybe prepares) the target
     arms = [Arm("draft", draft, args.features, args.load_as)]
     with tempfile.TemporaryDirectory() as tmp:
         if args.compare_failures:

@@ -52,36 +52,28 @@ def add_parser(sub) -> None:
         f"that engine implements: {json.dumps(ENGINE_PROFILES)}.")
     p.add_argument("--config", default=None,
                    help="JSON file of TrainConfig fields; command-line options override it")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip checking the shards' recorded sha256s (cached by size and "
+                   "mtime in sha256-cache.json, so a re-check of unchanged shards is instant)")
     for name, field in TrainConfig.model_fields.items():
         _add_field_option(p, name, field)
 
 
-def _read_config(path: str) -> dict:
-    from eagle3lab.errors import UserError
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            base = json.load(f)
-    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
-        raise UserError(f"--config {path}: cannot read it as JSON ({e}).") from None
-    if not isinstance(base, dict):
-        raise UserError(f"--config {path}: expected a JSON object of TrainConfig fields, "
-                        f"found a {type(base).__name__}.")
-    return base
-
-
 def run(args) -> int:
     from eagle3lab.errors import UserError
+    from eagle3lab.fsutil import read_json_object
     from eagle3lab.train import TrainConfig, train_run
 
     opts = {k: v for k, v in vars(args).items() if k in TrainConfig.model_fields}
     where = "train options"
     if args.config:
-        opts = {**_read_config(args.config), **opts}
+        base = read_json_object(args.config, what="--config file", fix="It must hold one "
+                                "JSON object of TrainConfig fields, e.g. {\"lr\": 0.0003}.")
+        opts = {**base, **opts}
         where = f"train config {args.config} (with the command-line options)"
     for req in ("data", "out"):
         if req not in opts:
             raise UserError(f"--{req} is required (or set it in --config).")
-    summary = train_run(TrainConfig.from_dict(opts, where))
+    summary = train_run(TrainConfig.from_dict(opts, where), verify=not args.no_verify)
     print(json.dumps(summary, indent=2))
     return 0

@@ -17,13 +17,16 @@ def add_parser(sub) -> None:
     p.add_argument("--data", required=True, help="shard directory (from `eagle3lab extract`)")
     p.add_argument("--draft-vocab-size", type=int, default=8192, help="draft vocabulary size")
     p.add_argument("--force", action="store_true", help="rebuild even if an equal map exists")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip checking the shards' recorded sha256s (cached by size and "
+                   "mtime in sha256-cache.json, so a re-check of unchanged shards is instant)")
 
 
 def run(args) -> int:
     from eagle3lab.data.vocab import build_shard_vocab
 
     v = build_shard_vocab(data=args.data, draft_vocab_size=args.draft_vocab_size,
-                          force=args.force)
+                          force=args.force, verify=not args.no_verify)
     print(f"{args.data}/{v['file']}: {v['draft_vocab_size']} draft tokens cover "
           f"{v['coverage']:.1%} of {v['loss_tokens']:,} loss tokens "
           f"({v['distinct_loss_tokens']} distinct); sha256 {v['sha256'][:12]}...")

@@ -21,7 +21,7 @@ from eagle3lab import __version__
 from eagle3lab.config import DEFAULT_TARGET
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import check_writable_dir, sha256_file
-from eagle3lab.data.prompts import read_conversations
+from eagle3lab.data.prompts import check_limit, read_conversations
 from eagle3lab.data.shards import (FORMAT, FORMAT_VERSION, MANIFEST, read_manifest, shard_name,
                      write_manifest, write_shard)
 from eagle3lab.target.auxlayers import resolve_aux_layers
@@ -108,6 +108,13 @@ def extract(
 
     from eagle3lab.target.adapter import Target, load_target, resolve_dtype
 
+    for name, value in (("samples_per_shard", samples_per_shard),
+                        ("max_tokens_per_batch", max_tokens_per_batch),
+                        ("max_seq_len", max_seq_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{name} (--{name.replace('_', '-')}) must be a whole number of at "
+                            f"least 1, got {value!r}.")
+    check_limit(limit)
     store_dtype = resolve_dtype(dtype)
     out = check_writable_dir(out, "shard output directory")
     convs_path = Path(conversations)

@@ -43,17 +43,39 @@ def resolve_prompts_path(prompts: str | os.PathLike) -> Path:
     return path
 
 
+def read_lines(path: Path, what: str) -> list[str]:
+    """The lines of a UTF-8 text file; an unreadable or non-UTF-8 file is a UserError naming
+    the file and the line of the first bad byte."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"Cannot read {what} {path}: {e.strerror or e}.") from None
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise UserError(f"{path}, line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at "
+                        f"offset {e.start}); a {what} must be UTF-8 JSONL. Re-save it as "
+                        f"UTF-8.") from None
+
+
+def check_limit(limit: int | None, option: str = "limit (--limit)") -> None:
+    """A count limit is None (no limit) or at least 1; 0 would silently mean 'one' or
+    'nothing'."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or limit < 1):
+        raise UserError(f"{option} must be a whole number of at least 1 (or unset for all), "
+                        f"got {limit!r}.")
+
+
 def load_prompts(prompts: str | os.PathLike = "train", limit: int | None = None) -> list[Prompt]:
     """Read a prompts JSONL file: one object per line with "prompt" (and optional "id",
     "category", "length"). Errors name the file and line."""
+    check_limit(limit)
     path = resolve_prompts_path(prompts)
     out: list[Prompt] = []
     seen: dict[str, int] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"Cannot read prompts file {path}: {e}.") from None
-    for lineno, line in enumerate(lines, 1):
+    for lineno, line in enumerate(read_lines(path, "prompts file"), 1):
         if not line.strip():
             continue
         where = f"{path}, line {lineno}"
@@ -64,7 +86,9 @@ def load_prompts(prompts: str | os.PathLike = "train", limit: int | None = None)
                             f"must be one JSON object such as {{\"id\": \"p1\", \"prompt\": "
                             f"\"...\"}}.") from None
         if not isinstance(obj, dict):
-            raise UserError(f"{where}: expected a JSON object, found {type(obj).__name__}.")
+            raise UserError(f"{where}: expected a JSON object such as {{\"id\": \"p1\", "
+                            f"\"prompt\": \"...\"}}, found a JSON "
+                            f"{'array' if isinstance(obj, list) else type(obj).__name__}.")
         text = obj.get("prompt")
         if not isinstance(text, str) or not text.strip():
             raise UserError(f"{where}: field 'prompt' is missing or empty (it must be a "
@@ -117,6 +141,18 @@ def conversation_record(prompt: Prompt, prompt_ids: list[int], response_ids: lis
     }
 
 
+def _check_ints(values: list, field: str, where: str, expected: str, lo: int,
+                hi: int | None = None) -> None:
+    """Every value an int in [lo, hi]; else a UserError naming the first bad one."""
+    if all(type(v) is int for v in values) and (  # bool is not a token id either
+            not values or (min(values) >= lo and (hi is None or max(values) <= hi))):
+        return
+    for k, v in enumerate(values):
+        if type(v) is not int or v < lo or (hi is not None and v > hi):
+            raise UserError(f"{where}: {field}[{k}] is {json.dumps(v)}, expected {expected}. "
+                            f"Re-make the file with `eagle3lab regenerate` or fix the record.")
+
+
 def read_conversations(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Read a conversations JSONL written by `regenerate`; errors name the line."""
     path = Path(path)
@@ -124,18 +160,24 @@ def read_conversations(path: str | os.PathLike) -> list[dict[str, Any]]:
         raise UserError(f"Conversations file {str(path)!r} does not exist; make it with "
                         f"`eagle3lab regenerate --out {path}`.")
     out = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(read_lines(path, "conversations file"), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
             raise UserError(f"{path}, line {lineno}: not valid JSON ({e.msg}).") from None
+        if not isinstance(rec, dict):
+            raise UserError(f"{path}, line {lineno}: expected a JSON object (a record written "
+                            f"by `eagle3lab regenerate`), found {type(rec).__name__}.")
         ids, mask = rec.get("input_ids"), rec.get("loss_mask")
         if not isinstance(ids, list) or not isinstance(mask, list) or len(ids) != len(mask):
             raise UserError(f"{path}, line {lineno}: needs 'input_ids' and 'loss_mask' lists of "
                             f"equal length (found {type(ids).__name__} / "
                             f"{type(mask).__name__}).")
+        _check_ints(ids, "input_ids", f"{path}, line {lineno}",
+                    "a token id (a JSON integer >= 0, not a string)", 0)
+        _check_ints(mask, "loss_mask", f"{path}, line {lineno}", "0 or 1", 0, 1)
         out.append(rec)
     if not out:
         raise UserError(f"Conversations file {path} is empty.")

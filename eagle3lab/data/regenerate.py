@@ -25,7 +25,8 @@ from typing import Any
 from eagle3lab import __version__
 from eagle3lab.config import DEFAULT_TARGET
 from eagle3lab.errors import UserError
-from eagle3lab.fsutil import atomic_write_json, check_writable_dir, read_appended_jsonl
+from eagle3lab.fsutil import (atomic_write_json, check_writable_dir, read_appended_jsonl,
+                              read_json_object)
 from eagle3lab.data.prompts import chat_prompt_ids, conversation_record, load_prompts, prompts_fingerprint
 
 #: Parameters that change what a response is; a resumed run must use the same ones.
@@ -35,6 +36,23 @@ _IDENTITY_KEYS = ("target_config_sha256", "prompts_sha256", "max_new_tokens", "t
 
 def meta_path(out: Path) -> Path:
     return out.with_name(out.name + ".meta.json")
+
+
+def read_meta(out: Path, kind: str) -> dict[str, Any] | None:
+    """The `<out>.meta.json` that a resumed run compares its parameters with (None when
+    `out` or its meta file does not exist yet); a corrupt one is refused, naming it, since
+    without it `out` cannot be resumed safely."""
+    mpath = meta_path(out)
+    if not (out.exists() and mpath.exists()):
+        return None
+    fix = (f"It records the parameters {out.name} was made with, so {out.name} cannot be "
+           f"resumed without it: delete both files to start over, or choose a new --out.")
+    meta = read_json_object(mpath, what="meta file", fix=fix)
+    if meta.get("kind", kind) != kind or not isinstance(meta.get("params", {}), dict):
+        raise UserError(f"The meta file {mpath} is not a {kind} meta file (kind "
+                        f"{meta.get('kind')!r}, params {type(meta.get('params')).__name__}). "
+                        + fix)
+    return meta
 
 
 def regenerate(
@@ -60,6 +78,7 @@ def regenerate(
     out = Path(out)
     check_writable_dir(out.parent)
     plist = load_prompts(prompts, limit=limit)
+    old = read_meta(out, "eagle3lab-conversations")
     if samples > 1:
         if temperature <= 0:
             raise UserError("samples > 1 needs temperature > 0 (greedy answers would repeat).")
@@ -74,8 +93,7 @@ def regenerate(
         "samples": samples,
     }
     mpath = meta_path(out)
-    if mpath.exists() and out.exists():
-        old = json.loads(mpath.read_text())
+    if old is not None:
         old_params = {"samples": 1, **old.get("params", {})}  # files made before `samples`
         diff = [k for k in _IDENTITY_KEYS if old_params.get(k) != params[k]]
         if diff:

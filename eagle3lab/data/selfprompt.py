@@ -31,7 +31,7 @@ from eagle3lab import __version__
 from eagle3lab.config import DEFAULT_TARGET
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, check_writable_dir, read_appended_jsonl
-from eagle3lab.data.regenerate import meta_path  # the same <out>.meta.json convention
+from eagle3lab.data.regenerate import meta_path, read_meta  # one <out>.meta.json convention
 
 _SENTINEL = "\u2063EAGLE3LAB_USER_TURN\u2063"
 _IDENTITY_KEYS = ("target_config_sha256", "temperature", "top_p", "seed", "max_new_tokens",
@@ -120,6 +120,10 @@ def synthesize_prompts(
                         "prompt over and over.")
     out = Path(out)
     check_writable_dir(out.parent)
+    old_meta = read_meta(out, "eagle3lab-prompts")
+    if old_meta is not None and not isinstance(old_meta.get("counts"), dict):
+        raise UserError(f"The meta file {meta_path(out)} has no 'counts' object; delete both "
+                        f"{out} and {meta_path(out)} to start over, or choose a new --out.")
     held_shingles: set[str] = set()
     held_norm: set[str] = set()
     exclude_fp = None
@@ -144,7 +148,6 @@ def synthesize_prompts(
               "min_words": min_words,
               "exclude_sha256": exclude_fp["sha256"] if exclude_fp else None}
     mpath = meta_path(out)
-    old_meta = json.loads(mpath.read_text()) if out.exists() and mpath.exists() else None
     if old_meta:
         old = old_meta.get("params", {})
         diff = [k for k in _IDENTITY_KEYS if old.get(k) != params[k]]

@@ -17,6 +17,8 @@ Layout of a shard set directory:
       offsets                     int64 [n+1]      sample i is rows offsets[i]:offsets[i+1]
       sample_index                int64 [n]        line index in the conversations file
   vocab_map.safetensors      (optional) d2t int64 [N] offsets, t2d bool [V]
+  sha256-cache.json          (optional) shards whose recorded sha256 was verified, by size
+                             and mtime, so that re-verifying an unchanged set is instant
 `ShardSet[i]` returns speculators' sample dict (hidden_states, input_ids,
 verifier_last_hidden_states, loss_mask), so its CollateFn batches our samples directly.
 """
@@ -25,17 +27,22 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
 from eagle3lab.errors import UserError
-from eagle3lab.fsutil import atomic_path, atomic_write_json, sha256_file
+from eagle3lab.fsutil import atomic_path, atomic_write_json, read_json_object, sha256_file
 from eagle3lab.target.auxlayers import AuxLayers
 
 FORMAT = "eagle3lab-shards"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 VOCAB_MAP = "vocab_map.safetensors"
+VERIFY_CACHE = "sha256-cache.json"
+#: A file modified less than this long before it was hashed is not cached: a second write
+#: within the file system's timestamp granularity could leave size and mtime unchanged.
+RACY_NS = 2_000_000_000
 
 
 def shard_name(index: int) -> str:
@@ -82,10 +89,8 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
         raise UserError(
             f"{mpath} does not exist: {path} is not a shard set made by `eagle3lab extract` "
             f"(or its extraction never wrote a shard).")
-    try:
-        manifest = json.loads(mpath.read_text())
-    except json.JSONDecodeError as e:
-        raise UserError(f"{mpath} is not valid JSON (line {e.lineno}: {e.msg}).") from None
+    manifest = read_json_object(mpath, what="shard manifest",
+                                fix="Re-extract the shard set (`eagle3lab extract`).")
     if manifest.get("format") != FORMAT:
         raise UserError(f"{mpath}: field 'format' is {manifest.get('format')!r}, expected "
                         f"{FORMAT!r}; this is not an eagle3lab shard manifest.")
@@ -140,18 +145,59 @@ class ShardSet:
         return self.num_samples
 
     # --- checks --------------------------------------------------------------------------
-    def verify(self) -> None:
-        """Check every listed shard exists and matches its recorded sha256."""
+    def verify(self, *, cache: bool = True) -> dict[str, int]:
+        """Check every listed shard exists and matches its recorded sha256 (UserError naming
+        the file and both hashes otherwise). cache: skip shards whose size and mtime equal
+        those recorded in sha256-cache.json when they last matched, and record the ones
+        hashed now (written atomically; skipped where the directory is read-only).
+        Returns {"shards", "hashed", "cached"}."""
+        known = self._read_cache() if cache else {}
+        fresh: dict[str, dict[str, Any]] = {}
+        hashed = 0
         for s in self.shards:
             p = self.path / s["file"]
-            if not p.exists():
-                raise UserError(f"Shard {p} is listed in {self.path / MANIFEST} but missing.")
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                raise UserError(f"Shard {p} is listed in {self.path / MANIFEST} but missing. "
+                                f"Restore it, or delete the shard set and re-extract it "
+                                f"(`eagle3lab extract`).") from None
+            entry = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": s["sha256"]}
+            if known.get(s["file"]) == entry:
+                fresh[s["file"]] = entry
+                continue
+            started = time.time_ns()
             got = sha256_file(p)
+            hashed += 1
             if got != s["sha256"]:
+                size = (f"{st.st_size} bytes, the manifest recorded {s['bytes']}; "
+                        if st.st_size != s.get("bytes") else "")
                 raise UserError(
-                    f"Shard {p} is corrupt: sha256 {got[:12]}... but the manifest recorded "
-                    f"{s['sha256'][:12]}.... Delete it and its manifest entry, then re-run "
-                    f"extraction to rebuild it.")
+                    f"Shard {p} is corrupt ({size}sha256 {got}, the manifest recorded "
+                    f"{s['sha256']}). Restore it, or delete the shard set and re-extract it "
+                    f"(`eagle3lab extract`).")
+            now = p.stat()
+            if st.st_mtime_ns < started - RACY_NS and (now.st_size, now.st_mtime_ns) == (
+                    st.st_size, st.st_mtime_ns):
+                fresh[s["file"]] = entry
+        if cache and fresh != known:
+            self._write_cache(fresh)
+        return {"shards": len(self.shards), "hashed": hashed,
+                "cached": len(self.shards) - hashed}
+
+    def _read_cache(self) -> dict[str, Any]:
+        try:
+            data = json.loads((self.path / VERIFY_CACHE).read_text(encoding="utf-8"))
+            return dict(data["files"]) if data.get("format") == f"{FORMAT}-sha256-cache" else {}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}  # a missing or damaged cache only means hashing again
+
+    def _write_cache(self, files: dict[str, Any]) -> None:
+        try:
+            atomic_write_json(self.path / VERIFY_CACHE,
+                              {"format": f"{FORMAT}-sha256-cache", "files": files})
+        except OSError:
+            pass  # a read-only shard set is verified in full each time
 
     def check_against(self, *, hidden_size: int | None = None, aux: AuxLayers | None = None,
                       vocab_size: int | None = None, config_sha256: str | None = None,
@@ -181,7 +227,13 @@ class ShardSet:
         from safetensors import safe_open
 
         if k not in self._handles:
-            self._handles[k] = safe_open(str(self.path / self.shards[k]["file"]), framework="pt")
+            p = self.path / self.shards[k]["file"]
+            try:
+                self._handles[k] = safe_open(str(p), framework="pt")
+            except Exception as e:  # missing, truncated, not safetensors
+                raise UserError(f"Shard {p} (listed in {self.path / MANIFEST}) cannot be read: "
+                                f"{e}. Re-extract the shard set, or run with verification "
+                                f"on to check every shard's sha256 first.") from None
         return self._handles[k]
 
     def _locate(self, i: int) -> tuple[int, int]:
@@ -226,8 +278,14 @@ class ShardSet:
             raise UserError(f"{self.path} has no vocab map; build one with `eagle3lab vocab "
                             f"--data {self.path}`.")
         p = self.path / info["file"]
-        if sha256_file(p) != info["sha256"]:
-            raise UserError(f"{p} does not match the sha256 recorded in the manifest; rebuild "
-                            f"it with `eagle3lab vocab --data {self.path}`.")
+        if not p.is_file():
+            raise UserError(f"The vocab map {p} is listed in {self.path / MANIFEST} but "
+                            f"missing; rebuild it with `eagle3lab vocab --data {self.path} "
+                            f"--draft-vocab-size {info.get('draft_vocab_size', 'N')}`.")
+        got = sha256_file(p)
+        if got != info["sha256"]:
+            raise UserError(f"{p} does not match the sha256 recorded in the manifest (sha256 "
+                            f"{got}, recorded {info['sha256']}); rebuild it with `eagle3lab "
+                            f"vocab --data {self.path} --force`.")
         t = load_file(str(p))
         return t["d2t"], t["t2d"]

@@ -75,16 +75,24 @@ def check_vocab_map(d2t, t2d, target_vocab: int) -> None:
 
 
 def build_shard_vocab(*, data: str | os.PathLike, draft_vocab_size: int = 8192,
-                      force: bool = False) -> dict[str, Any]:
+                      force: bool = False, verify: bool = True) -> dict[str, Any]:
     """Build the map from a shard set's loss-masked tokens; save it next to the shards and
-    record file, sha256 and coverage in the manifest. Returns the manifest entry."""
+    record file, sha256 and coverage in the manifest. Returns the manifest entry.
+
+    An equal map that is already there (same size, same tokens, file intact) is kept.
+    verify: check the shards' recorded sha256s before counting (cached by size and mtime,
+    see `ShardSet.verify`)."""
     from safetensors.torch import save_file
 
     shards = ShardSet(data)
     existing = shards.manifest.get("vocab_map")
+    kept = shards.path / (existing or {}).get("file", VOCAB_MAP)
     if existing and not force and existing.get("draft_vocab_size") == draft_vocab_size \
-            and existing.get("built_from_tokens") == shards.num_tokens:
+            and existing.get("built_from_tokens") == shards.num_tokens \
+            and kept.is_file() and sha256_file(kept) == existing.get("sha256"):
         return existing
+    if verify:
+        shards.verify()
     counts = token_counts(shards)
     d2t, t2d = build_vocab_map(counts, draft_vocab_size)
     path = Path(data) / VOCAB_MAP

@@ -117,6 +117,10 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *,
         raise UserError(f"Source checkpoint {str(src)!r} is not a directory.")
     if dst.resolve() == src.resolve():
         raise UserError("DST must differ from SRC.")
+    if dst.exists() and not dst.is_dir():
+        raise UserError(f"DST {dst} is an existing file, not a directory; a converted checkpoint "
+                        f"is a directory (config.json + model.safetensors). Choose a new "
+                        f"directory path.")
     if dst.exists() and any(dst.iterdir()) and not force:
         raise UserError(f"{dst} exists and is not empty; choose another DST or pass --force.")
     tinfo = target_info(target) if target is not None else None

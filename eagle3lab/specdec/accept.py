@@ -43,11 +43,12 @@ def fastest_cpu_dtype() -> str:
 
 def prompt_ids(tokenizer, prompts: Any, limit: int | None, max_prompt_tokens: int) -> list:
     """Chat-templated prompt ids; over-long prompts are truncated (kept: their end) with a
-    warning, never an error."""
+    warning, never an error. prompts: a prompts spec ('eval', a file) or loaded `Prompt`s."""
     from eagle3lab.data.prompts import chat_prompt_ids, load_prompts
 
     out = []
-    for p in load_prompts(prompts, limit=limit):
+    loaded = prompts if isinstance(prompts, list) else load_prompts(prompts, limit=limit)
+    for p in loaded:
         ids = chat_prompt_ids(tokenizer, p.prompt)
         if len(ids) > max_prompt_tokens:
             print(f"warning: prompt {p.id} has {len(ids)} tokens, more than the "
@@ -89,19 +90,32 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
              draft_tokens, temperature, seed, device, dtype, progress) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
+    from eagle3lab.data.prompts import load_prompts
     from eagle3lab.errors import UserError
-    from eagle3lab.specdec.load import load_engine
+    from eagle3lab.specdec.load import check_draft, load_engine
     from eagle3lab.specdec.stats import AcceptStats, predicted_speedup
     from eagle3lab.target.adapter import Target, load_target
 
-    tgt = target if isinstance(target, Target) else load_target(target, device=device,
-                                                                   dtype=dtype)
+    # Everything that can be checked without the target is checked before loading it.
+    for name, value in (("max_new_tokens", max_new_tokens), ("steps", steps), ("topk", topk)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{name} (--{name.replace('_', '-')}) must be a whole number of at "
+                            f"least 1, got {value!r}.")
+    if temperature < 0:
+        raise UserError(f"temperature (--temperature) must be >= 0 (0 = greedy), got "
+                        f"{temperature!r}.")
     if arms is None:
         if draft is None:
             raise UserError("Give a drafter checkpoint (draft=...) or a list of arms.")
         arms = [Arm("draft", str(draft))]
+    for arm in arms:
+        if arm.draft is not None:
+            check_draft(arm.draft)
+    texts = load_prompts(prompts, limit=limit)
+    tgt = target if isinstance(target, Target) else load_target(target, device=device,
+                                                                   dtype=dtype)
     ctx = tgt.max_position_embeddings or 4096
-    plist = prompt_ids(tgt.tokenizer, prompts, limit, max(16, ctx - max_new_tokens - 1))
+    plist = prompt_ids(tgt.tokenizer, texts, limit, max(16, ctx - max_new_tokens - 1))
     kw = dict(max_new_tokens=max_new_tokens, temperature=temperature)
     t0 = time.time()
 

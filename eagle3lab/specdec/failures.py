@@ -16,28 +16,44 @@ from pathlib import Path
 def sglang_config_speculators_keys(healthy: str | os.PathLike, dst: str | os.PathLike, *,
                                    target: str | os.PathLike | None = None) -> Path:
     """Convert `healthy` (either format) to SGLang's format, then rename its `midlayer.*`
-    keys back to `layers.0.*`. Returns `dst`."""
+    keys back to `layers.0.*`. Returns `dst`. The weights are read through the checkpoint
+    reader, so a sharded (`model-0000k-of-0000n` + index) or `pytorch_model.bin` drafter
+    works as well as a single `model.safetensors`."""
     import tempfile
 
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     from eagle3lab.formats.convert import convert_checkpoint
     from eagle3lab.formats.reader import Checkpoint
     from eagle3lab.fsutil import atomic_dir
+    from eagle3lab.specdec.load import check_draft
 
     healthy, dst = Path(healthy), Path(dst)
-    ck = Checkpoint(healthy)
-    fmt = ck.format
-    ck.close()
+    check_draft(healthy)
     with tempfile.TemporaryDirectory() as tmp:
         src = healthy
-        if fmt != "eagle3":
+        if _format(healthy) != "eagle3":
             src = Path(tmp) / "sglang"
             convert_checkpoint(healthy, src, to="sglang", target=target)
-        tensors = load_file(str(src / "model.safetensors"))
-        renamed = {("layers.0." + k[len("midlayer."):] if k.startswith("midlayer.") else k): v
-                   for k, v in tensors.items()}
+        check_draft(src)
+        ck = Checkpoint(src)
+        try:
+            tensors = ck.state_dict()
+        finally:
+            ck.close()
+        renamed = {("layers.0." + k[len("midlayer."):] if k.startswith("midlayer.") else k):
+                   v.contiguous() for k, v in tensors.items()}
         with atomic_dir(dst) as out:
             save_file(renamed, str(out / "model.safetensors"), metadata={"format": "pt"})
             (out / "config.json").write_text((src / "config.json").read_text())
     return dst
+
+
+def _format(path: Path) -> str:
+    from eagle3lab.formats.reader import Checkpoint
+
+    ck = Checkpoint(path)  # headers only
+    try:
+        return ck.format
+    finally:
+        ck.close()

@@ -37,6 +37,33 @@ def fit_errors(draft: str | os.PathLike, *, target: str | os.PathLike,
     return engine, [f for f in report.errors() if f.code in codes]
 
 
+def check_draft(draft: str | os.PathLike) -> None:
+    """Refuse a drafter path that does not exist or holds no drafter checkpoint (speculators'
+    or SGLang's EAGLE-3 format), naming it, before anything slow (the target) is loaded."""
+    from pathlib import Path
+
+    from eagle3lab.errors import UserError
+    from eagle3lab.formats.reader import Checkpoint
+
+    p = Path(draft)
+    if not p.is_dir():
+        raise UserError(f"The drafter {str(draft)!r} " + (
+            "is a file; a drafter checkpoint is a directory (config.json + weights)."
+            if p.exists() else "does not exist.")
+            + " Pass a speculators or SGLang EAGLE-3 checkpoint directory (--draft).")
+    ck = Checkpoint(p)  # config and headers only
+    try:
+        fmt, problems = ck.format, ck.problems
+    finally:
+        ck.close()
+    if problems or fmt == "unknown":
+        why = ("; ".join(f"{x.file}: {x.message}" for x in problems) if problems else
+               "its config.json and tensor names match neither speculators' format nor "
+               "SGLang's (a target model passed as --draft?)")
+        raise UserError(f"{draft} is not a readable EAGLE-3 drafter checkpoint: {why}. "
+                        f"`eagle3lab inspect {draft}` gives the full report.")
+
+
 def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLike | None = None,
                 steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
                 features: str = "fused", load_as: str | None = None, device: str = "auto",
@@ -50,6 +77,8 @@ def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLi
     from eagle3lab.specdec.engine import SpecEngine
     from eagle3lab.specdec.plain import PlainEngine
 
+    if draft is not None:
+        check_draft(draft)
     tgt = target if isinstance(target, Target) else load_target(target, device=device,
                                                                    dtype=dtype)
     if draft is None:

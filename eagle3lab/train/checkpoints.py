@@ -22,7 +22,8 @@ from typing import Any
 
 from eagle3lab import __version__
 from eagle3lab.errors import UserError
-from eagle3lab.fsutil import atomic_dir, atomic_write_json, atomic_write_text, sha256_file
+from eagle3lab.fsutil import (atomic_dir, atomic_write_json, atomic_write_text, read_json_object,
+                             sha256_file)
 from eagle3lab.workdir import FINAL
 
 RUN_FORMAT = "eagle3lab-run"
@@ -33,12 +34,13 @@ def read_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     p = Path(run_dir) / "run.json"
     if not p.exists():
         raise UserError(f"{run_dir} is not a training run directory (no run.json).")
-    return json.loads(p.read_text())
+    return read_json_object(p, what="run record", fix="Delete the run directory and train "
+                            "again, or choose a new --out.")
 
 
 def is_finished(run_dir: str | os.PathLike) -> bool:
     p = Path(run_dir) / "run.json"
-    return p.exists() and json.loads(p.read_text()).get("status") == "done"
+    return p.exists() and read_run(run_dir).get("status") == "done"
 
 
 def versions() -> dict[str, str]:

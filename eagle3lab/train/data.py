@@ -121,15 +121,15 @@ def compare_identity(old: dict, new: dict, what: str, path) -> None:
                         "run directory.")
 
 
-def prepare_data(cfg: TrainConfig):
-    """Open and cross-check the shards; return (train ShardSet, train PackedData,
-    eval PackedData, eval note, d2t, t2d, target path)."""
+def prepare_data(cfg: TrainConfig, *, verify: bool = True):
+    """Open and cross-check the shards (verify: their recorded sha256s too, first); return
+    (train ShardSet, train PackedData, eval PackedData, eval note, d2t, t2d, target path)."""
     from transformers import AutoConfig
 
     from eagle3lab.data.shards import ShardSet
     from eagle3lab.target.adapter import config_sha256
 
-    shards = ShardSet(cfg.data)
+    shards = ShardSet(cfg.data, verify=verify)
     d2t, t2d = shards.vocab_map()
     t = shards.manifest["target"]
     target_path = cfg.target or t["path"]
@@ -142,7 +142,7 @@ def prepare_data(cfg: TrainConfig):
                         f"{shards.path} were extracted from: config sha256 {got[:12]}..., "
                         f"manifest {t['config_sha256'][:12]}.... Pass the right --target.")
     if cfg.eval_data:
-        ev = ShardSet(cfg.eval_data)
+        ev = ShardSet(cfg.eval_data, verify=verify)
         ev.check_against(hidden_size=t["hidden_size"], aux=shards.aux,
                          vocab_size=t["vocab_size"], config_sha256=t["config_sha256"],
                          what=f"the training shards ({shards.path})")

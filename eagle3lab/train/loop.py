@@ -35,10 +35,13 @@ class TrainingDiverged(UserError):
     """A non-finite loss or gradient stopped the run (the last good checkpoint is kept)."""
 
 
-def train(**kwargs) -> dict[str, Any]:
+def train(*, verify: bool = True, **kwargs) -> dict[str, Any]:
     """Keyword form of `train_run` (notebooks and the CLI call this). Unknown or mistyped
-    keys are refused. Returns the run summary (also stored in RUN_DIR/run.json)."""
-    return train_run(TrainConfig.from_dict(kwargs))
+    keys are refused. Returns the run summary (also stored in RUN_DIR/run.json).
+
+    verify: check the shards' recorded sha256s before training (cached by size and mtime,
+    see `ShardSet.verify`); not a TrainConfig field, as it changes nothing computed."""
+    return train_run(TrainConfig.from_dict(kwargs), verify=verify)
 
 
 def _scheduler(opt, cfg: TrainConfig, total_steps: int):
@@ -82,7 +85,7 @@ def _finite(x) -> bool:
     return x is not None and math.isfinite(float(x.detach() if hasattr(x, "detach") else x))
 
 
-def train_run(cfg: TrainConfig) -> dict[str, Any]:
+def train_run(cfg: TrainConfig, *, verify: bool = True) -> dict[str, Any]:
     """Train (or resume) one drafter run into cfg.out; see the module docstring.
 
     cpu_threads: with 2 OpenMP threads on 2 cores that other jobs also use, every op waits
@@ -94,12 +97,12 @@ def train_run(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.cpu_threads > 0:
         torch.set_num_threads(cfg.cpu_threads)
     try:
-        return _train_run(cfg)
+        return _train_run(cfg, verify)
     finally:
         torch.set_num_threads(before)
 
 
-def _train_run(cfg: TrainConfig) -> dict[str, Any]:
+def _train_run(cfg: TrainConfig, verify: bool) -> dict[str, Any]:
     import contextlib
 
     import torch
@@ -119,7 +122,8 @@ def _train_run(cfg: TrainConfig) -> dict[str, Any]:
         if previous.get("status") == "done":
             return previous["summary"]
 
-    shards, train_data, eval_data, eval_note, d2t, t2d, target_path = prepare_data(cfg)
+    shards, train_data, eval_data, eval_note, d2t, t2d, target_path = prepare_data(
+        cfg, verify=verify)
     if previous:
         compare_identity(previous["data"]["train"], shard_identity(shards),
                          f"the run in {out}", shards.path)

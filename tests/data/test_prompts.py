@@ -5,7 +5,7 @@ import json
 import pytest
 
 from eagle3lab.errors import UserError
-from eagle3lab.data.prompts import load_prompts
+from eagle3lab.data.prompts import load_prompts, read_conversations
 
 
 def test_shipped_prompts_are_many_diverse_and_split():
@@ -88,3 +88,35 @@ def test_concat_jsonl_names_a_missing_part(tmp_path):
     with pytest.raises(UserError, match=r"missing part\(s\) .*nope\.jsonl"):
         concat_jsonl([tmp_path / "a.jsonl", tmp_path / "nope.jsonl"], tmp_path / "out.jsonl")
     assert not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("limit", [0, -1, 2.5, True])
+def test_a_limit_below_one_is_refused(limit):
+    with pytest.raises(UserError, match=r"limit \(--limit\) must be a whole number of at least"):
+        load_prompts("eval", limit=limit)
+
+
+def _conv(ids, mask):
+    return json.dumps({"id": "c", "input_ids": ids, "loss_mask": mask}) + "\n"
+
+
+@pytest.mark.parametrize("record,msg", [
+    (_conv([1, "5", 2], [0, 1, 1]), 'line 2: input_ids\\[1\\] is "5", expected a token id'),
+    (_conv([1, 2.0], [0, 1]), r"line 2: input_ids\[1\] is 2.0"),
+    (_conv([1, True], [0, 1]), r"line 2: input_ids\[1\] is true"),
+    (_conv([1, -3], [0, 1]), r"line 2: input_ids\[1\] is -3"),
+    (_conv([1, 2], [0, 2]), r"line 2: loss_mask\[1\] is 2, expected 0 or 1"),
+    ("[1, 2]\n", "line 2: expected a JSON object"),
+])
+def test_bad_conversation_records_name_the_line_and_item(tmp_path, record, msg):
+    p = tmp_path / "c.jsonl"
+    p.write_text(_conv([1, 2], [0, 1]) + record)
+    with pytest.raises(UserError, match=msg):
+        read_conversations(p)
+
+
+def test_a_non_utf8_conversations_file_names_the_line(tmp_path):
+    p = tmp_path / "c.jsonl"
+    p.write_bytes(_conv([1, 2], [0, 1]).encode() + b"\n\xc3\x28\n")
+    with pytest.raises(UserError, match=r"c.jsonl, line 3: not UTF-8 text \(byte 0xc3"):
+        read_conversations(p)

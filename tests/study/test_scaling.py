@@ -148,6 +148,7 @@ def test_large_data_row_table_verdict_and_plots(real_study, real_data, sharp_dat
     assert fig.axes[0].get_xscale() == "log"
 
 
+@pytest.mark.slow
 def test_notebook_06_real_shards_runs_the_large_data_section(real_study, real_data, tmp_path):
     """Real mode (explicit shards): the study's runs are found finished, and the new section
     evaluates the shipped drafter, tabulates, plots and prints the data-scale verdict."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
@@ -25,6 +27,7 @@ def _run(name: str, out: Path, params: dict) -> str:
     return "\n".join(texts), images
 
 
+@pytest.mark.slow
 def test_notebook_02_standalone_demo(tmp_path, sharp_target_dir):
     text, images = _run("02_training_curves.ipynb", tmp_path / "02.ipynb",
                         {"demo_target": str(sharp_target_dir), "demo_steps": 12,
@@ -34,6 +37,7 @@ def test_notebook_02_standalone_demo(tmp_path, sharp_target_dir):
     assert images >= 4  # loss, full acc, cond acc, lr
 
 
+@pytest.mark.slow
 def test_notebook_06_standalone_demo(tmp_path, sharp_target_dir):
     text, images = _run("06_grokking_vs_data.ipynb", tmp_path / "06.ipynb",
                         {"demo": True, "demo_target": str(sharp_target_dir),

@@ -147,14 +147,13 @@ def test_eval_shards_with_other_aux_layers_are_refused(tmp_path, sharp_data, oth
     assert not (tmp_path / "r" / "run.json").exists()  # refused before training
 
 
-def test_eval_shards_of_another_hidden_size_are_refused(tmp_path, sharp_data,
-                                                        default_target_dir):
+def test_eval_shards_of_another_hidden_size_are_refused(tmp_path, sharp_data, tokenizer_dir):
     from eagle3lab.data.extract import extract
     from eagle3lab.train import train
 
     from testutil import make_tiny_llama
 
-    small = make_tiny_llama(tmp_path / "h32", default_target_dir, hidden=32)
+    small = make_tiny_llama(tmp_path / "h32", tokenizer_dir, hidden=32)
     conv = WorkDir(Path(sharp_data["eval"]).parent.parent).responses("eval")
     extract(conversations=conv, out=tmp_path / "ev32", target=str(small), progress=False,
             limit=3)
@@ -279,7 +278,8 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, sharp_da
     import torch
     from safetensors.torch import load_file, save_file
 
-    from eagle3lab.data.shards import ShardSet
+    from eagle3lab.data.shards import ShardSet, read_manifest, write_manifest
+    from eagle3lab.fsutil import sha256_file
     from eagle3lab.train import PackedData, TrainingDiverged, train
 
     data = tmp_path / "shards"
@@ -292,6 +292,10 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, sharp_da
     a, b = int(t["offsets"][j]), int(t["offsets"][j + 1])
     t["hidden_states"][a:b] = float("nan")
     save_file(t, str(path))
+    # as if the target itself had produced the NaNs: extraction recorded this file's hash
+    m = read_manifest(data)
+    m["shards"][k].update(bytes=path.stat().st_size, sha256=sha256_file(path))
+    write_manifest(data, m)
 
     out = tmp_path / "run"
     with pytest.raises(TrainingDiverged) as e:

@@ -23,7 +23,7 @@ from typing import Any
 #: The cell tag that names a notebook's key figure.
 TAG = "key-figure"
 #: Thumbnail width in pixels (the index shows it at half that, sharp on HiDPI screens).
-THUMB_WIDTH = 480
+THUMB_WIDTH = 760
 #: Cells papermill adds to an executed notebook (not counted in the source's cell index).
 _ADDED = ("injected-parameters", "papermill-error-cell-tag")
 

@@ -16,6 +16,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from eagle3lab.fsutil import atomic_path
 from eagle3lab.report.summary import format_value
 
 #: nbconvert template (templates/nbconvert/NAME) of the notebook pages.
@@ -67,11 +68,10 @@ def report_cleaner():
     from bleach.css_sanitizer import ALLOWED_CSS_PROPERTIES, CSSSanitizer
 
     # _DROP tags pass the sanitizer only so that the filter can remove their content too.
+    css = CSSSanitizer(allowed_css_properties=ALLOWED_CSS_PROPERTIES)
     return bleach.Cleaner(tags=_TAGS | _DROP, attributes=_ATTRS,
                           protocols={"http", "https", "mailto", "data"}, strip=True,
-                          strip_comments=True,
-                          css_sanitizer=CSSSanitizer(allowed_css_properties=ALLOWED_CSS_PROPERTIES),
-                          filters=[_offline_filter()])
+                          strip_comments=True, css_sanitizer=css, filters=[_offline_filter()])
 
 
 def render_notebook(ipynb: str | Path, html_path: str | Path) -> Path:
@@ -93,8 +93,13 @@ def render_notebook(ipynb: str | Path, html_path: str | Path) -> Path:
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {
         "name": Path(ipynb).stem}})
     html_path = Path(html_path)
-    html_path.write_text(body, encoding="utf-8")
+    _write(html_path, body)
     return html_path
+
+
+def _write(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:  # a reader never sees half a page
+        tmp.write_text(text, encoding="utf-8")
 
 
 def _yaml(data: Any) -> str:
@@ -174,5 +179,5 @@ def render_index(report: dict[str, Any], path: str | Path,
         pipeline_yaml=_yaml(report.get("pipeline")),
         params_yaml=_yaml(report["params"]) if report.get("params") else None)
     path = Path(path)
-    path.write_text(page, encoding="utf-8")
+    _write(path, page)
     return path

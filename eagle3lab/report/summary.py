@@ -60,7 +60,7 @@ def format_value(value: Any, *, digits: int = 4, compact: bool = False) -> str:
         return (" / ".join(format_value(v, digits=digits, compact=compact) for v in value)
                 if value else "none")
     if isinstance(value, dict):
-        return ", ".join(f"{k}: {format_value(v, digits=digits, compact=compact)}"
+        return "none" if not value else ", ".join(f"{k}: {format_value(v, digits=digits, compact=compact)}"
                          for k, v in value.items())
     return str(value)
 

@@ -255,16 +255,16 @@ def reference_frames(references: Sequence[str | os.PathLike], *, names: Sequence
 
             ref = default_drafter()
             if ref is None:
-                notes.append("reference 'default': no shipped default drafter found")
+                notes.append("'default': no shipped default drafter was found")
                 continue
         path = Path(ref)
         metrics = metrics_file(path)
         metrics = metrics.resolve() if metrics is not None else None
         if metrics in seen and metrics is not None:
-            notes.append(f"reference {path}: its curve {metrics} is already drawn")
+            notes.append(f"{path}: its curve {metrics} is already drawn")
             continue
         if metrics is None and not path.exists():
-            notes.append(f"reference {path}: does not exist")
+            notes.append(f"{path}: does not exist")
             continue
         if metrics is not None:
             seen.add(metrics)

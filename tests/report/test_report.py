@@ -289,7 +289,7 @@ def test_report_end_to_end_on_a_tiny_target(tiny_report):
     assert by["02_training_curves"]["parameters"]["reference_runs"] == [
         str(Path(report["work_dir"]) / "train" / "final")]
     assert by["02_training_curves"]["summary"]["train_eval_gap"] is not None
-    assert all(f"data-step='{n}'" in index for n in notebooks)
+    assert all(f'data-step="{n}"' in index for n in notebooks)
     assert "torch" in index and "speculators" in index  # versions
     assert (out / "report.json").exists()
     assert "Ending Cell" in (out / "report.log").read_text()  # papermill's logged output

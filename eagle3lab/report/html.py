@@ -1,69 +1,105 @@
 """HTML of a batch report: each executed notebook in report mode, and the index page.
 
-Prevents a report that only opens on the machine that made it: the notebook pages hide code
-and embed every image (base64), scripts that would load from the network (require.js,
-MathJax, widget managers) are removed, and index.html is a single file with its CSS inline,
-links only to files in the same directory.
+Prevents a report that only opens on the machine that made it, or that runs code when
+opened: the notebook pages hide code, embed every image (base64) and carry no script at all
+(nbconvert's own `sanitize_html` option, with its `clean_html` filter replaced by a bleach
+cleaner that keeps what a report shows: headings, tables, embedded images; the package's
+nbconvert template renders nothing where the lab template loads require.js, MathJax,
+mermaid or the widget manager from the network); index.html is one jinja2-rendered file
+with its CSS inline, thumbnails embedded, links only to files in the same directory.
 """
 
 from __future__ import annotations
 
-import html
 import json
-import re
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from eagle3lab.fsutil import atomic_path
 from eagle3lab.report.summary import format_value
 
-#: Anything that would fetch from the network: <script> elements whose source or body
-#: names an http(s) URL (require.js, MathJax, the mermaid loader), and <link> stylesheets.
-_EXTERNAL = [
-    re.compile(r"<script\b[^>]*>(?:(?!</script>).)*?https?://(?:(?!</script>).)*?</script>",
-               re.I | re.S),
-    re.compile(r"<script\b[^>]*\ssrc=[\"']https?://[^>]*>\s*</script>", re.I),
-    re.compile(r"<link\b[^>]*\shref=[\"']https?://[^>]*>", re.I),
-]
+#: nbconvert template (templates/nbconvert/NAME) of the notebook pages.
+NOTEBOOK_TEMPLATE = "eagle3lab-report"
+
+#: What the notebook pages keep of HTML outputs and markdown (anything else is stripped).
+_TAGS = {"a", "abbr", "b", "blockquote", "br", "caption", "code", "col", "colgroup", "dd",
+         "del", "details", "div", "dl", "dt", "em", "figcaption", "figure", "h1", "h2", "h3",
+         "h4", "h5", "h6", "hr", "i", "img", "ins", "kbd", "li", "ol", "p", "pre", "q", "s",
+         "samp", "small", "span", "strong", "sub", "summary", "sup", "table", "tbody", "td",
+         "tfoot", "th", "thead", "tr", "u", "ul", "var"}
+_ATTRS = {"*": ["class", "id", "title", "style", "align"], "a": ["href", "name"],
+          "img": ["src", "alt", "width", "height"], "table": ["border"],
+          "td": ["colspan", "rowspan"], "th": ["colspan", "rowspan", "scope"],
+          "ol": ["start"]}
+#: Elements dropped together with their content (a stripped <script> would leave its code
+#: as visible text otherwise).
+_DROP = {"script", "style", "noscript", "template", "iframe", "object", "embed", "frame",
+         "frameset", "applet"}
+
+
+def _offline_filter():
+    """An html5lib filter (run after bleach's sanitizer) that removes the _DROP elements
+    with everything inside them, and images that would be fetched from the network."""
+    from bleach.html5lib_shim import Filter
+
+    class Offline(Filter):
+        def __iter__(self):
+            depth = 0
+            for token in Filter.__iter__(self):
+                kind, name = token["type"], token.get("name")
+                if name in _DROP and kind in ("StartTag", "EndTag", "EmptyTag"):
+                    depth += {"StartTag": 1, "EndTag": -1}.get(kind, 0)
+                    depth = max(depth, 0)
+                    continue
+                if depth:
+                    continue
+                if name == "img" and not str((token.get("data") or {}).get(
+                        (None, "src"), "")).startswith("data:"):
+                    continue
+                yield token
+
+    return Offline
+
+
+def report_cleaner():
+    """The bleach cleaner of the notebook pages (also the template's `clean_html`)."""
+    import bleach
+    from bleach.css_sanitizer import ALLOWED_CSS_PROPERTIES, CSSSanitizer
+
+    # _DROP tags pass the sanitizer only so that the filter can remove their content too.
+    css = CSSSanitizer(allowed_css_properties=ALLOWED_CSS_PROPERTIES)
+    return bleach.Cleaner(tags=_TAGS | _DROP, attributes=_ATTRS,
+                          protocols={"http", "https", "mailto", "data"}, strip=True,
+                          strip_comments=True, css_sanitizer=css, filters=[_offline_filter()])
 
 
 def render_notebook(ipynb: str | Path, html_path: str | Path) -> Path:
     """Report-mode HTML of an executed notebook: outputs and markdown only, images embedded,
-    no network resources."""
+    no script."""
     import nbformat
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(ipynb), as_version=4)
-    nb.metadata.pop("widgets", None)  # widget state needs a manager script from the network
-    exporter = HTMLExporter(template_name="lab", exclude_input=True, exclude_input_prompt=True,
-                            exclude_output_prompt=True, embed_images=True)
+    nb.metadata.pop("widgets", None)  # widget state is only read by the widget manager
+    cleaner = report_cleaner()
+    exporter = HTMLExporter(
+        template_name=NOTEBOOK_TEMPLATE,
+        extra_template_basedirs=[str(files("eagle3lab.report") / "templates" / "nbconvert")],
+        exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
+        embed_images=True, sanitize_html=True,
+        filters={"clean_html": lambda s: cleaner.clean(
+            s.decode() if isinstance(s, bytes) else str(s))})
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {
         "name": Path(ipynb).stem}})
-    for pat in _EXTERNAL:
-        body = pat.sub("", body)
     html_path = Path(html_path)
-    html_path.write_text(body, encoding="utf-8")
+    _write(html_path, body)
     return html_path
 
 
-_CSS = """
-body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;
- max-width:1200px;padding:0 1em;color:#1d1d1f;line-height:1.4}
-h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.25em;margin-top:1.8em;
- border-bottom:1px solid #ddd;padding-bottom:.2em}
-table{border-collapse:collapse;width:100%;margin:.5em 0;font-size:.92em}
-th,td{border:1px solid #d0d0d0;padding:.35em .5em;vertical-align:top;text-align:left}
-thead th{background:#f3f3f5} .meta{color:#555}
-.st{font-weight:600;white-space:nowrap;padding:.1em .45em;border-radius:3px}
-.st-ok,.st-computed,.st-reused{background:#e3f5e1;color:#17651b}
-.st-failed{background:#fde2e1;color:#a11}
-.st-skipped,.st-missing{background:#fff3cd;color:#7a5b00}
-.st-not-selected{background:#eee;color:#555}
-dl.kv{margin:0;display:grid;grid-template-columns:max-content auto;column-gap:.8em}
-dl.kv dt{color:#555} dl.kv dd{margin:0;font-variant-numeric:tabular-nums}
-pre{background:#f7f7f9;border:1px solid #e3e3e3;padding:.6em;overflow:auto;font-size:.85em;
- max-height:28em;white-space:pre-wrap}
-.none{color:#888;font-style:italic}
-"""
+def _write(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:  # a reader never sees half a page
+        tmp.write_text(text, encoding="utf-8")
 
 
 def _yaml(data: Any) -> str:
@@ -72,36 +108,28 @@ def _yaml(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
 
 
-def _e(x: Any) -> str:
-    return html.escape(str(x))
-
-
-def _status(s: str | None) -> str:
-    s = s or "not run"
-    return f"<span class='st st-{_e(s.replace(' ', '-'))}'>{_e(s)}</span>"
-
-
-def _numbers(summary: dict[str, Any] | None, skip: tuple[str, ...] = ()) -> str:
-    if not summary:
-        return "<span class='none'>no summary</span>"
-    items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(format_value(v))}</dd>"
-                    for k, v in summary.items() if k not in skip)
-    return f"<dl class='kv'>{items}</dl>"
-
-
 def _secs(x: float | None) -> str:
     if x is None:
         return ""
     return f"{x:.1f} s" if x < 120 else f"{x / 60:.1f} min"
 
 
-def _links(e: dict[str, Any]) -> str:
-    out = []
-    if e.get("html"):
-        out.append(f"<a href='{_e(e['html'])}'>report</a>")
-    if e.get("ipynb"):
-        out.append(f"<a href='{_e(e['ipynb'])}'>notebook</a>")
-    return " · ".join(out)
+def _numbers(summary: dict[str, Any] | None, skip: tuple[str, ...] = ()) -> list[dict]:
+    """Key numbers for the page: rounded for reading, the full value in a tooltip."""
+    return [{"key": k, "text": format_value(v, digits=3, compact=True),
+             "full": json.dumps(v) if isinstance(v, (float, list, dict)) else None}
+            for k, v in (summary or {}).items() if k not in skip]
+
+
+def _stage_when(e: dict[str, Any]) -> str:
+    rec = e.get("record") or {}
+    if not rec:
+        return ""
+    when = (f"computed {rec['computed_at']} in {_secs(rec.get('computed_s'))}"
+            if rec.get("computed_at") else "made before stage records were kept")
+    if e["status"] == "reused":
+        when += f"; checked in {_secs(rec.get('check_s'))}"
+    return when
 
 
 def _short_error(e: dict[str, Any]) -> str:
@@ -111,112 +139,45 @@ def _short_error(e: dict[str, Any]) -> str:
     return msg + (f" (cell index {cell['cell_index']})" if cell else "")
 
 
-def _failure(e: dict[str, Any]) -> str:
-    err = e.get("error") or {}
-    cell = e.get("failed_cell")
-    where = ""
-    if cell:
-        where = (f"<p>Failed in cell index {cell['cell_index']} of {_e(e['name'])}.ipynb "
-                 f"(cells counted from 0, markdown included; execution count "
-                 f"In [{_e(cell.get('execution_count'))}]): <code>"
-                 f"{_e(cell.get('source_first_line', ''))}</code></p>")
-    link = ""
-    if e.get("ipynb"):
-        link = (f"<p>Executed notebook: <a href='{_e(e['ipynb'])}'>{_e(e['ipynb'])}</a>"
-                + (f" · <a href='{_e(e['html'])}#papermill-error-cell'>report at the error</a>"
-                   if e.get("html") else "") + "</p>")
-    tb = err.get("traceback") or ""
-    return (f"<div class='failure' id='failure-{_e(e['name'])}'><h3>{_e(e['name'])} "
-            f"({_e(e['kind'])})</h3>{where}<p><b>{_e(err.get('ename'))}</b>: "
-            f"{_e(err.get('evalue'))}</p>{link}"
-            + (f"<pre>{_e(tb)}</pre>" if tb else "") + "</div>")
+def _view(e: dict[str, Any], thumbnails: dict[str, str]) -> dict[str, Any]:
+    """One step as the template shows it."""
+    v = {**e, "status_class": "st-" + (e["status"] or "not run").replace(" ", "-"),
+         "wall": _secs(e.get("wall_s")), "short_error": _short_error(e)}
+    if e["kind"] == "notebook":
+        v["numbers"] = _numbers(e.get("summary")) if e.get("ipynb") else None
+        v["thumbnail"] = thumbnails.get(e["name"])
+        kf = e.get("key_figure") or {}
+        v["figure_href"] = (e.get("html") or "") + ("#key-figure" if kf.get("tagged") else "")
+    else:
+        v["numbers"] = _numbers(e.get("summary"), ("source_fingerprint",)) \
+            if e.get("record") else None
+        v["when"] = _stage_when(e)
+    if e.get("parameters") is not None:
+        v["parameter_items"] = [(k, json.dumps(p)) for k, p in e["parameters"].items()]
+    return v
 
 
-def render_index(report: dict[str, Any], path: str | Path) -> Path:
-    """index.html of a report (see eagle3lab.report.run for the data)."""
-    steps = report["steps"]
-    nbs = [e for e in steps if e["kind"] == "notebook"]
-    stages = [e for e in steps if e["kind"] == "stage"]
-    counts = ", ".join(f"{v} {k}" for k, v in report.get("counts", {}).items())
-    title = f"eagle3lab report · {Path(report['out']).name}"
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>{_e(title)}</h1>"]
-    if report.get("description"):
-        parts.append(f"<p>{_e(report['description'])}</p>")
-    parts.append(
-        f"<p class='meta'>Created {_e(report['created'])} · total {_secs(report.get('wall_s'))}"
-        f" · {_e(counts)} · parameters: {_e(report.get('params_file') or '(defaults)')}"
-        f" · work dir <code>{_e(report['work_dir'])}</code></p>")
-    rows = []
-    for e in nbs:
-        rows.append(f"<tr data-step='{_e(e['name'])}'><td><b>{_e(e['name'])}</b><br>"
-                    f"<small class='meta'>{_e(e.get('about', ''))}</small></td>"
-                    f"<td>{_status(e['status'])}"
-                    + (f"<br><small>{_e(e['reason'])}</small>" if e.get("reason") else "")
-                    + (f"<br><small>{_e(_short_error(e))} · <a href='#failure-"
-                       f"{_e(e['name'])}'>details</a></small>" if e["status"] == "failed"
-                       else "")
-                    + f"</td><td>{_secs(e.get('wall_s'))}</td>"
-                    f"<td>{_numbers(e.get('summary')) if e.get('ipynb') else ''}</td>"
-                    f"<td>{_links(e)}</td></tr>")
-    parts.append("<h2>Notebooks: key numbers</h2><table id='summary'><thead><tr><th>notebook"
-                 "</th><th>status</th><th>wall time</th><th>key numbers</th><th>files</th>"
-                 "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
-    srows = []
-    for e in stages:
-        rec = e.get("record") or {}
-        when = ""
-        if rec:
-            when = (f"computed {_e(rec['computed_at'])} in {_secs(rec.get('computed_s'))}"
-                    if rec.get("computed_at") else "made before stage records were kept")
-            if e["status"] == "reused":
-                when += f"; checked in {_secs(rec.get('check_s'))}"
-        srows.append(f"<tr data-step='{_e(e['name'])}'><td><b>{_e(e['name'])}</b><br><small "
-                     f"class='meta'>{_e(e.get('about', ''))}</small></td><td>"
-                     f"{_status(e['status'])}"
-                     + (f"<br><small>{_e(e['reason'])}</small>" if e.get("reason") else "")
-                     + f"</td><td>{_secs(e.get('wall_s'))}</td><td>{when}</td><td>"
-                     f"{_numbers(e.get('summary'), ('source_fingerprint',)) if rec else ''}"
-                     f"</td></tr>")
-    if stages:
-        parts.append("<h2>Pipeline stages</h2><p class='meta'>Library stages in the work dir; a "
-                     "complete stage is reused (its original time is shown).</p>"
-                     "<table id='stages'>"
-                     "<thead><tr><th>stage</th><th>status</th><th>wall time</th><th>computed"
-                     "</th><th>key numbers</th></tr></thead><tbody>" + "".join(srows)
-                     + "</tbody></table>")
-    failed = [e for e in steps if e["status"] == "failed"]
-    if failed:
-        parts.append("<h2>Failures</h2>" + "".join(_failure(e) for e in failed))
-    notes = list(report.get("notes", [])) + [f"{e['name']}: {n}" for e in steps
+def render_index(report: dict[str, Any], path: str | Path,
+                 thumbnails: dict[str, str] | None = None) -> Path:
+    """index.html of a report (see eagle3lab.report.run for the data). thumbnails: step
+    name -> data URI of its key figure (eagle3lab.report.figures)."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("eagle3lab.report", "templates"),
+                             autoescape=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    steps = [_view(e, thumbnails or {}) for e in report["steps"]]
+    notes = list(report.get("notes", [])) + [f"{e['name']}: {n}" for e in report["steps"]
                                              for n in e.get("notes", []) or []]
-    if notes:
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes)
-                     + "</ul>")
-    prow = []
-    for e in nbs:
-        if e.get("parameters") is None:
-            continue
-        vals = "".join(f"<dt>{_e(k)}</dt><dd><code>{_e(json.dumps(v))}</code></dd>"
-                       for k, v in e["parameters"].items())
-        cell = f"<dl class='kv'>{vals}</dl>" if vals else "<span class='none'>none</span>"
-        prow.append(f"<tr><td>{_e(e['name'])}</td><td>{cell}</td></tr>")
-    parts.append("<h2>Parameters used</h2><table id='parameters'><thead><tr><th>notebook</th>"
-                 "<th>parameters passed by papermill (others: the notebook's defaults)</th>"
-                 "</tr></thead><tbody>" + "".join(prow) + "</tbody></table>")
-    if stages:
-        parts.append("<p>Pipeline settings (stages, defaults filled in):</p><pre>"
-                     + _e(_yaml(report.get("pipeline"))) + "</pre>")
-    if report.get("params"):
-        parts.append(f"<p>Parameters as given ({_e(report.get('params_file') or 'a dict')}):"
-                     f"</p><pre>" + _e(_yaml(report["params"])) + "</pre>")
-    vrows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>"
-                    for k, v in report.get("versions", {}).items())
-    parts.append(f"<h2>Versions</h2><table id='versions'>{vrows}</table>")
-    parts.append("<p class='meta'>Machine-readable: <a href='report.json'>report.json</a> · "
-                 "log: <a href='report.log'>report.log</a> · per-cell timeout "
-                 f"{_e(report.get('timeout_s'))} s</p></body></html>")
+    page = env.get_template("index.html.j2").render(
+        report=report, title=f"eagle3lab report · {Path(report['out']).name}",
+        wall=_secs(report.get("wall_s")),
+        counts=", ".join(f"{v} {k}" for k, v in report.get("counts", {}).items()),
+        notebooks=[s for s in steps if s["kind"] == "notebook"],
+        stages=[s for s in steps if s["kind"] == "stage"],
+        failed=[s for s in steps if s["status"] == "failed"], notes=notes,
+        pipeline_yaml=_yaml(report.get("pipeline")),
+        params_yaml=_yaml(report["params"]) if report.get("params") else None)
     path = Path(path)
-    path.write_text("\n".join(parts), encoding="utf-8")
+    _write(path, page)
     return path

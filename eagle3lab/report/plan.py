@@ -48,8 +48,12 @@ PLAN: list[Step] = [
          about="regenerate + extract at small size, measured afresh: tokens/s, bytes/token"),
     Step("train", "stage", ("data",), about="train the drafter on the train shards"),
     Step("02_training_curves", "notebook", ("train",),
-         locked={"run_dirs": ["{train_run}"]}, soft={"names": ["pipeline drafter"]},
-         about="loss and accuracy per TTT position, plateaus"),
+         locked={"run_dirs": ["{train_run}"]}, soft={"names": ["pipeline drafter"],
+         # beside it, the shipped drafter's own (H200) curve: a real plateau and gap
+         "reference_runs": ["{default_drafter}"],
+         "reference_names": ["shipped default drafter, own eval split"]},
+         about="plateau and train/eval gap beside the shipped drafter's run; loss and "
+               "accuracy per TTT position"),
     Step("convert", "stage", ("train",), about="convert the drafter to SGLang's format"),
     Step("03_inspect_checkpoint", "notebook", ("convert",),
          locked={"checkpoint": "{sglang_copy}", "target": "{target}"},

@@ -8,8 +8,9 @@ with the parameters it declares (execution timeout per cell, cell outputs logged
 into the report directory:
 
   NAME.ipynb     the executed notebook (failed ones too: the error cell is marked)
-  NAME.html      report mode: code hidden, images embedded, no external scripts
-  index.html     self-contained summary: status, key numbers, failures, parameters, versions
+  NAME.html      report mode: code hidden, images embedded, no scripts
+  index.html     self-contained summary: status, key figures and numbers, failures,
+                 parameters, versions
   report.json    the same data, machine-readable
   report.log     progress lines and papermill's logged cell output
 
@@ -92,6 +93,7 @@ def run_report(
     reused when complete). timeout_s: per-cell execution timeout (default: the file's
     report.timeout_s, else 1800 s). notebooks_dir / plan: for tests and other studies.
     """
+    from eagle3lab.report.figures import key_figure
     from eagle3lab.report.html import render_index, render_notebook
     from eagle3lab.report.params import notebook_parameters, parse_params
     from eagle3lab.report.summary import read_summary
@@ -128,6 +130,7 @@ def run_report(
     if extra:
         report["notes"].append(f"notebooks not in the plan (not run): {', '.join(extra)}")
     status: dict[str, str] = {}
+    thumbnails: dict[str, str] = {}  # step -> key figure thumbnail (the index embeds it)
     n = len(plan)
     try:
         log(f"report: {n} steps -> {out_dir} (work dir {work}, timeout {timeout:.0f} s/cell)")
@@ -168,6 +171,9 @@ def run_report(
                 if nb_out.exists():
                     entry["ipynb"] = nb_out.name
                     entry["summary"] = read_summary(nb_out)
+                    if (kf := key_figure(nb_out)) is not None:
+                        entry["key_figure"] = kf.record()
+                        thumbnails[step.name] = kf.thumbnail()
                     try:
                         render_notebook(nb_out, out_dir / f"{step.name}.html")
                         entry["html"] = f"{step.name}.html"
@@ -187,7 +193,7 @@ def run_report(
         report["counts"] = counts
         report["ok"] = not any(e["status"] == "failed" for e in report["steps"])
         (out_dir / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-        render_index(report, out_dir / "index.html")
+        render_index(report, out_dir / "index.html", thumbnails)
         log(f"report: {', '.join(f'{v} {k}' for k, v in counts.items())} in "
             f"{report['wall_s']:.0f} s; index: {out_dir / 'index.html'}")
         log.close()

@@ -41,20 +41,27 @@ def _clean(value: Any, where: str) -> Any:
                     f"string, bool, None or a list of them.")
 
 
-def format_value(value: Any) -> str:
-    """How the index and the table show one value: 4 significant digits, lists joined."""
+def format_value(value: Any, *, digits: int = 4, compact: bool = False) -> str:
+    """How a table shows one value: `digits` significant digits, lists joined. compact
+    (the index page, for reading): numbers of a million and more as 31.5M / 1.2G."""
     if value is None:
         return "n/a"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, (int, float)) and compact and abs(value) >= 1e6:
+        for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
+            if abs(value) >= scale:
+                return f"{value / scale:.{digits}g}{suffix}"
     if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+        return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, list):
-        return " / ".join(format_value(v) for v in value) if value else "none"
+        return (" / ".join(format_value(v, digits=digits, compact=compact) for v in value)
+                if value else "none")
     if isinstance(value, dict):
-        return ", ".join(f"{k}: {format_value(v)}" for k, v in value.items())
+        return "none" if not value else ", ".join(f"{k}: {format_value(v, digits=digits, compact=compact)}"
+                         for k, v in value.items())
     return str(value)
 
 

@@ -121,6 +121,16 @@ def vocab_coverage(t2d, *, data: str | os.PathLike, indices: list[int] | None = 
     return inside / total if total else float("nan")
 
 
+def metrics_file(path: str | os.PathLike) -> Path | None:
+    """The training curve (metrics.jsonl) of a run dir, of a drafter dir that ships its own
+    (data/drafters/NAME), or of a run's final/ drafter (the run dir above it); None if none."""
+    path = Path(path)
+    for m in (path / "metrics.jsonl", path.parent / "metrics.jsonl"):
+        if m.is_file() and (m.parent == path or (m.parent / "run.json").is_file()):
+            return m
+    return None
+
+
 def drafter_record(drafter: str | os.PathLike) -> dict[str, Any]:
     """What a saved drafter was trained on and how long, from its eagle3lab.json and the
     metrics.jsonl beside it (or in the run directory above a run's final/): samples, tokens
@@ -139,18 +149,16 @@ def drafter_record(drafter: str | os.PathLike) -> dict[str, Any]:
            "ttt_steps_trained": methods[0].get("speculative_tokens"),
            "draft_vocab_size": info.get("drafter", {}).get("draft_vocab_size"),
            "metrics": None}
-    for m in (path / "metrics.jsonl", path.parent / "metrics.jsonl"):
-        if m.is_file() and (m.parent == path or (m.parent / "run.json").is_file()):
-            last = None
-            for line in m.read_text().splitlines():
-                try:
-                    last = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-            if last:
-                out.update(metrics=str(m), tokens_processed=last.get("tokens"),
-                           steps=last.get("step"))
-            break
+    if (m := metrics_file(path)) is not None:
+        last = None
+        for line in m.read_text().splitlines():
+            try:
+                last = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+        if last:
+            out.update(metrics=str(m), tokens_processed=last.get("tokens"),
+                       steps=last.get("step"))
     if out["tokens_processed"] and out["train_tokens"]:
         out["epochs"] = out["tokens_processed"] / out["train_tokens"]
     return out

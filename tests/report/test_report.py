@@ -154,6 +154,28 @@ def test_papermill_help_notebook_lists_every_parameter(path):
         assert m.group(1) != "None" and m.group(3).strip()
 
 
+def test_the_demo_hands_notebook_02_the_shipped_drafters_curve(tmp_path):
+    """params/cpu-demo.yaml (the default target): notebook 02 gets the shipped drafter as
+    its reference run, whose H200 curve reference_frames then reads."""
+    from eagle3lab.report.params import notebook_parameters
+    from eagle3lab.report.plan import PLAN
+    from eagle3lab.report.plan import wiring_context
+    from eagle3lab.study.gap import reference_frames
+    from eagle3lab.workdir import WorkDir
+
+    rp = _parse(str(REPO / "params" / "cpu-demo.yaml"))
+    step = next(s for s in PLAN if s.name == "02_training_curves")
+    work = tmp_path / "work"
+    ctx = wiring_context(work=WorkDir(work), target=rp.pipeline.target, device="cpu",
+                         out=tmp_path / "out", scratch=tmp_path / "scratch")
+    params, notes = notebook_parameters(step, rp, _declared()[step.name], ctx)
+    assert notes == [] and params["run_dirs"] == [str(WorkDir(work).train_run)]
+    assert params["reference_runs"] == [str(REPO / "data" / "drafters" / "smollm2-135m-instruct")]
+    frames, notes = reference_frames(params["reference_runs"], names=params["reference_names"],
+                                     exclude=params["run_dirs"])
+    assert notes == [] and frames[0]["tokens"].max() == 31_504_880
+
+
 def test_only_accepts_unique_prefixes_and_adds_needed_stages():
     from eagle3lab.errors import UserError
     from eagle3lab.report.plan import PLAN, selected_steps
@@ -180,14 +202,17 @@ def test_cli_lists_report_and_demo_options(capsys):
 # ---------------------------------------------------------------------------------------
 # The failure path: fixture notebooks, one of which raises
 # ---------------------------------------------------------------------------------------
-def _notebook(path: Path, *cells: str) -> None:
+def _notebook(path: Path, *cells: str | tuple[str, list[str]]) -> None:
+    """A notebook: the parameters cell, then code cells (source, or (source, tags))."""
     import nbformat
 
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell("n: int = 2  # how many", metadata={
-        "tags": ["parameters"]})] + [nbformat.v4.new_code_cell(c) for c in cells]
+        "tags": ["parameters"]})] + [
+        nbformat.v4.new_code_cell(c) if isinstance(c, str) else
+        nbformat.v4.new_code_cell(c[0], metadata={"tags": c[1]}) for c in cells]
     nbformat.write(nb, str(path))
 
 
@@ -198,8 +223,11 @@ def test_a_failing_notebook_skips_only_its_dependents(tmp_path):
 
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
-    _notebook(nbs / "a_ok.ipynb", "from eagle3lab.report.summary import record_summary\n"
-              "record_summary('a_ok', answer=n * 21, per_position=[0.5, 0.25])")
+    _notebook(nbs / "a_ok.ipynb", "import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 1])",
+              ("plt.bar([0, 1], [0.9, 0.4])", ["key-figure"]),
+              "from eagle3lab.report.summary import record_summary\n"
+              "record_summary('a_ok', answer=n * 21, per_position=[0.5, 0.25], "
+              "precise=0.123456789012)")
     _notebook(nbs / "b_raises.ipynb", "x = n + 1", "raise ValueError(f'planted failure {x}')",
               "print('never reached')")
     _notebook(nbs / "c_needs_b.ipynb", "print('must not run')")
@@ -218,19 +246,28 @@ def test_a_failing_notebook_skips_only_its_dependents(tmp_path):
     assert b["failed_cell"]["cell_index"] == 2  # parameters cell, x = n + 1, then the raise
     assert b["error"]["ename"] == "ValueError" and "planted failure 4" in b["error"]["evalue"]
     a = next(e for e in rep["steps"] if e["name"] == "a_ok")
-    assert a["summary"] == {"answer": 42, "per_position": [0.5, 0.25]}
+    assert a["summary"] == {"answer": 42, "per_position": [0.5, 0.25],
+                            "precise": 0.123456789012}
+    assert a["key_figure"]["tagged"] and a["key_figure"]["cell_index"] == 2
     index = (out / "index.html").read_text()
     assert "planted failure 4" in index and "Failed in cell index 2 of b_raises.ipynb" in index
-    assert "href='b_raises.ipynb'" in index and "no summary" in index
+    assert 'href="b_raises.ipynb"' in index and "no summary" in index
     assert "needs b_raises (failed)" in index
     assert "does not exist (yet)" in index
     assert "0.5 / 0.25" in index
+    # the key figure as an embedded thumbnail linking to the page; numbers rounded for reading
+    assert re.search(r'<a href="a_ok.html#key-figure"><img class="thumb" '
+                     r'src="data:image/png;base64,', index)
+    assert index.count('class="thumb"') == 1 and index.count("no figure") == 2
+    assert '<dd title="0.123456789012">0.123</dd>' in index
+    assert not any("<script" in p.read_text() for p in out.glob("*.html"))
     for name in ("a_ok", "b_raises", "d_independent"):
         assert (out / f"{name}.ipynb").exists() and (out / f"{name}.html").exists()
     assert not (out / "c_needs_b.ipynb").exists()
     assert "planted failure" in (out / "report.log").read_text()
     saved = json.loads((out / "report.json").read_text())
     assert saved["counts"] == {"ok": 2, "failed": 1, "skipped": 1, "missing": 1}
+    assert saved["steps"][0]["summary"]["precise"] == 0.123456789012  # full precision
 
 
 @pytest.mark.slow
@@ -258,6 +295,7 @@ def test_a_cell_past_the_timeout_fails_its_notebook_only(tmp_path):
 @pytest.mark.slow
 def test_report_end_to_end_on_a_tiny_target(tiny_report):
     from eagle3lab.report.plan import PLAN
+    from eagle3lab.report.summary import read_summary
 
     report, _, out = tiny_report
     status = {e["name"]: e["status"] for e in report["steps"]}
@@ -269,7 +307,7 @@ def test_report_end_to_end_on_a_tiny_target(tiny_report):
     for n in present:
         html = (out / f"{n}.html").read_text()
         assert "data:image/png;base64," in html, f"{n}: figures are embedded"
-        assert "<script src=\"http" not in html and "cdnjs" not in html
+        assert "<script" not in html and "cdnjs" not in html, f"{n}: no script"
         nb = json.loads((out / f"{n}.ipynb").read_text())
         assert nb["metadata"]["papermill"]["parameters"], f"{n} got the pipeline's parameters"
     by = {e["name"]: e for e in report["steps"]}
@@ -280,7 +318,21 @@ def test_report_end_to_end_on_a_tiny_target(tiny_report):
     assert by["03_inspect_checkpoint"]["parameters"]["checkpoint"].endswith("converted/sglang")
     index = (out / "index.html").read_text()
     assert "<link" not in index and "<script" not in index
-    assert all(f"data-step='{n}'" in index for n in notebooks)
+    # every notebook names its key figure; the index embeds it, linked to the notebook's page
+    for n in present:
+        assert by[n]["key_figure"]["tagged"], f"{n}: no cell tagged key-figure drew a plot"
+        row = re.search(rf'<tr data-step="{n}">(.*?)</tr>', index, re.S).group(1)
+        assert f'<a href="{n}.html#key-figure"><img class="thumb" src="data:image/png' in row
+    saved = json.loads((out / "report.json").read_text())  # full precision, as recorded
+    for e in saved["steps"]:
+        if e.get("ipynb"):
+            assert e["summary"] == read_summary(out / e["ipynb"])
+    # 02: the pipeline's run; the shipped drafter's curve is wired as its reference (for a
+    # tiny target that is the pipeline's own drafter, so it is not drawn twice)
+    assert by["02_training_curves"]["parameters"]["reference_runs"] == [
+        str(Path(report["work_dir"]) / "train" / "final")]
+    assert by["02_training_curves"]["summary"]["train_eval_gap"] is not None
+    assert all(f'data-step="{n}"' in index for n in notebooks)
     assert "torch" in index and "speculators" in index  # versions
     assert (out / "report.json").exists()
     assert "Ending Cell" in (out / "report.log").read_text()  # papermill's logged output

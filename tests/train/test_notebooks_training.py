@@ -11,7 +11,7 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
-def _run(name: str, out: Path, params: dict) -> str:
+def _run(name: str, out: Path, params: dict) -> tuple[str, int]:
     import papermill as pm
 
     pm.execute_notebook(str(NOTEBOOKS / name), str(out), kernel_name="python3",
@@ -34,7 +34,19 @@ def test_notebook_02_standalone_demo(tmp_path, sharp_target_dir):
                          "plateau_window": 2, "reference_level": 1.5})
     assert "demo-run: 13 logged steps, source eagle3lab, loss = kl" in text
     assert "eval_loss_0" in text and ("plateaued" in text or "not plateaued" in text)
-    assert images >= 4  # loss, full acc, cond acc, lr
+    assert images >= 5  # plateau-and-gap, loss, full acc, cond acc, lr
+    # by default the shipped drafter's H200 curve is drawn beside the demo run: its plateau
+    # and gap are in the key figure's table and in the key numbers
+    from eagle3lab.report.figures import key_figure
+    from eagle3lab.report.summary import read_summary
+
+    assert "reference shipped default drafter, own eval split: 80 logged steps" in text
+    assert "eval_loss_sum plateaued at tokens=2.73981e+07" in text
+    kf = key_figure(tmp_path / "02.ipynb")
+    assert kf.tagged and kf.size()[0] > 1000  # the two-panel plateau-and-gap figure
+    numbers = read_summary(tmp_path / "02.ipynb")
+    assert numbers["reference_plateau_at"] == 27_398_141
+    assert 1.5 < numbers["reference_train_eval_gap"] < 2.1
 
 
 @pytest.mark.slow

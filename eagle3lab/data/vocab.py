@@ -1,6 +1,6 @@
 """The draft vocabulary map (d2t offsets, t2d mask), built from what the target really says.
 
-Prevents two silent failures (REFERENCE.md "Draft vocabulary"): storing d2t as absolute
+Prevents two silent failures: storing d2t as absolute
 ids instead of OFFSETS (SGLang computes hot ids as d2t + arange, so absolute ids point at
 the wrong tokens and nothing errors), and a t2d mask that disagrees with d2t. The map is
 built from loss-masked token frequencies (the tokens the drafter must predict), sorted by

@@ -12,6 +12,6 @@ Modules, lowest first (each names the failure it prevents in its docstring):
 - `reference`  the reference HTTP server over the offline engine (CPU; not for production)
 - `plots`      the figures of notebooks/04_live_server.ipynb
 
-`server` uses `specdec` only in `reference` (REFERENCE: DESIGN.md, "lower layers never
-import higher ones").
+`server` uses `specdec` only in `reference` (lower layers never import higher ones:
+docs/ARCHITECTURE.md, "The package map").
 """

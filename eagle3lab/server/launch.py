@@ -4,7 +4,7 @@ group, with a handle that stops all of it.
 Prevents the launch failures that cost a GPU node minutes each: a misspelt or renamed flag
 (checked with SGLang's own `prepare_server_args` before launch, where sglang imports;
 `sglang_check.py`), a chain draft whose `--speculative-num-draft-tokens` SGLang silently
-overrides (with topk 1 it is forced to steps + 1; REFERENCE.md "SGLang serving"), a
+overrides (with topk 1 it is forced to steps + 1 by SGLang's server_args.py), a
 server listening on every interface by accident (127.0.0.1 unless asked, and then the
 handle says it is reachable from outside), and servers outliving the notebook (the handle's
 `stop()` ends the whole process group and verifies it; `process.py`).

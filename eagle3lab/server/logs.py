@@ -2,8 +2,8 @@
 
 Prevents reading a server's state wrong from a raw log: a start that hung for ten minutes
 looks like a slow start, a scheduler traceback scrolls past under import-error noise, and
-an accept length stuck at 1.00 (a drafter that is loaded but never accepted; REFERENCE.md
-"Aux layer ids") looks like a working speculative server. `LogAnalyzer` is fed lines one at
+an accept length stuck at 1.00 (a drafter that is loaded but never accepted, e.g. fed
+the wrong aux layers: eagle3lab/target/auxlayers.py) looks like a working speculative server. `LogAnalyzer` is fed lines one at
 a time (a saved log, or a growing one via `follow`), keeps raw counts, and `report()`
 returns the JSON object of `eagle3lab logs --json`.
 

@@ -2,7 +2,7 @@
 length over time, per-position acceptance.
 
 Prevents misread plots: every axis says its unit, accept length is labelled as including
-the bonus token (floor 1.0; REFERENCE.md "Acceptance definitions"), and per-position
+the bonus token (floor 1.0; the definitions are in eagle3lab/specdec/result.py), and per-position
 acceptance says whether it is cumulative or conditional.
 """
 

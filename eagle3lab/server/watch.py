@@ -3,7 +3,8 @@ server start has hung or crashed, collects the stacks, names the likely fix, and
 
 Prevents the classic lost hour on a GPU node: SGLang's launcher waits up to ten minutes
 for a scheduler that died (traceback scrolled away) or deadlocked in NCCL or CUDA-graph
-capture (log silent, GPUs at 0%, processes sleeping; REFERENCE.md "Known hang shapes").
+capture (log silent, GPUs at 0%, processes sleeping; the causes per phase are catalogued in
+`warnings.py`).
 Each `poll()` combines four signals: the log (phases and crash markers; `logs.py`), the
 server's `/health`, the process group (psutil), and GPU utilisation (NVML through
 nvidia-ml-py when present; on a CPU machine it is absent and the state says so). Verdicts:

@@ -1,8 +1,8 @@
 """The EAGLE-3 drafter at inference time: speculators' own modules driven step by step
 with a KV cache, exactly as its training forward pairs inputs.
 
-Prevents the train/infer misalignment that silently caps acceptance (REFERENCE.md, "Input
-alignment"): step 0 feeds (token x_p, fc(fused aux states of p-1)) at position p; each
+Prevents the train/infer misalignment that silently caps acceptance (input alignment): step
+0 feeds (token x_p, fc(fused aux states of p-1)) at position p; each
 later draft step feeds (the drafted token, the drafter's own layer output before its final
 norm, not re-normed, not through fc) at the next position; draft ids are mapped to target
 ids with the d2t OFFSETS (target = i + d2t[i]). `features="last_layer"` reproduces a server

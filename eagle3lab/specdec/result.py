@@ -1,6 +1,6 @@
 """What one generation returns, as raw counts (ratios are taken last, by the reader).
 
-Definitions (REFERENCE.md, "Acceptance definitions"), shared by the offline engine, the
+Definitions, shared by the offline engine, the
 reference server and the SGLang log/metric readers so that numbers compare directly:
 - verify_ct: target forward passes in the decode phase (plain decoding: one per token).
 - accept_histogram[n]: verify steps that accepted exactly n draft tokens (SGLang's

@@ -105,7 +105,7 @@ def prepare_target(
     )
     model.eval()
     # The GGUF load dequantises to float32; drop the quantizer so save_pretrained writes a
-    # plain float checkpoint instead of refusing (REFERENCE.md, "The small real target").
+    # plain float checkpoint instead of refusing (the GGUF loader leaves one attached).
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config

@@ -3,7 +3,10 @@ parses arguments and calls the same typed keyword function a notebook calls.
 
 Each subcommand module exposes `add_parser(subparsers)`, which registers its parser and
 sets `func` (args -> exit code). Bad input raises `UserError`: printed as one paragraph,
-exit 1, no traceback.
+exit 1, no traceback. Under torchrun, `main` is wrapped in torchrun's `record` (an
+exception's traceback goes to torchrun's error file) and a UserError is written there too,
+so torchrun's summary shows the message of the rank that failed first; errors every rank
+raises are printed by rank 0 only (`train.distributed.report`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
 
 from eagle3lab import __version__
 from eagle3lab.errors import UserError
@@ -49,6 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from eagle3lab.train.distributed import under_torchrun
+
+    if under_torchrun():
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        return record(_main)(argv)
+    return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -57,7 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as e:
-        print(f"eagle3lab {args.command}: error: {e}", file=sys.stderr)
+        from eagle3lab.train.distributed import report
+
+        show, linger_s = report(e)
+        if show:
+            print(f"eagle3lab {args.command}: error: {e}", file=sys.stderr, flush=True)
+        time.sleep(linger_s)
         return 1
     except KeyboardInterrupt:
         print(f"eagle3lab {args.command}: interrupted; completed work is kept and a re-run "

@@ -34,7 +34,10 @@ def add_parser(sub) -> None:
         "full/conditional accuracy per TTT position, train and eval), atomic checkpoints "
         "(checkpoints/step-N: speculators save_pretrained + trainer_state.pt) and final/. "
         "--resume continues exactly. Shards that do not match (eval split, resumed run, "
-        "--init-from drafter) are refused before training. --serve-engine picks the flags "
+        "--init-from drafter) are refused before training. Under torchrun (`torchrun "
+        "--nproc-per-node N -m eagle3lab train ...`) every rank trains the one drafter: DDP, "
+        "or FSDP2 with --fsdp; a step is N x --grad-accum micro-batches. --serve-engine "
+        "picks the flags "
         f"that engine implements: {json.dumps(ENGINE_PROFILES)}.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--config", default=None,
@@ -66,6 +69,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from eagle3lab.errors import UserError
     from eagle3lab.train import train
+    from eagle3lab.train.distributed import env_rank
 
     opts = {k: v for k, v in vars(args).items() if k not in ("func", "command", "config")}
     if args.config:
@@ -78,5 +82,6 @@ def run(args) -> int:
         if req not in opts:
             raise UserError(f"--{req} is required (or set it in --config).")
     summary = train(**opts)
-    print(json.dumps(summary, indent=2))
+    if env_rank() == 0:  # under torchrun: once
+        print(json.dumps(summary, indent=2))
     return 0

@@ -71,6 +71,10 @@ class TrainConfig:
     resume: bool = False  # continue the run in `out` from its newest checkpoint
     stop_after_steps: int | None = None  # stop (as if killed) after this step; for tests
     progress: bool = True  # tqdm bar
+    # Many processes (torchrun; eagle3lab/train/distributed.py). One process: grad_accum only.
+    grad_accum: int = 1  # micro-batches per rank per optimizer step (gradients accumulated)
+    fsdp: bool = False  # under torchrun: shard params, grads, Adam state (FSDP2), not DDP
+    dist_timeout: float = 300.0  # seconds a collective waits for the other ranks, then fails
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "train config") -> "TrainConfig":
@@ -92,14 +96,17 @@ class TrainConfig:
                   (self.epochs >= 1, "epochs must be >= 1"),
                   (self.ttt_steps >= 1, "ttt_steps must be >= 1"),
                   (self.max_tokens_per_batch >= 16, "max_tokens_per_batch must be >= 16"),
-                  (self.lr > 0, "lr must be > 0"), (self.num_layers >= 1, "num_layers >= 1")]
+                  (self.lr > 0, "lr must be > 0"), (self.num_layers >= 1, "num_layers >= 1"),
+                  (self.grad_accum >= 1, "grad_accum must be >= 1"),
+                  (self.dist_timeout > 0, "dist_timeout must be > 0")]
         for ok, msg in checks:
             if not ok:
                 raise UserError(f"train config: {msg}.")
 
 
 #: Settings that may differ when resuming (they do not change what is computed).
-_RESUME_FREE = {"resume", "stop_after_steps", "progress", "device", "out", "cpu_threads"}
+_RESUME_FREE = {"resume", "stop_after_steps", "progress", "device", "out", "cpu_threads",
+                "dist_timeout", "grad_accum"}  # world size x grad_accum: distributed.py
 
 
 def check_resume_settings(run_config: dict[str, Any], cfg: TrainConfig, out) -> None:

@@ -9,6 +9,10 @@ Prevents a Python traceback as the answer to bad input. Bad input raises `UserEr
 that escapes a command is caught here as the last resort and printed as one line naming
 the exception, the file it concerns (when it names one) and where it was raised, exit 2;
 `eagle3lab --debug COMMAND ...` prints the traceback as well.
+Under torchrun, `main` is wrapped in torchrun's `record` (an exception's traceback goes to
+torchrun's error file) and a UserError is written there too, so torchrun's summary shows
+the message of the rank that failed first; errors every rank raises are printed by rank 0
+only (`train.distributed.report`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
 import traceback
 
 from eagle3lab import __version__
@@ -60,6 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from eagle3lab.train.distributed import under_torchrun
+
+    if under_torchrun():
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        return record(_main)(argv)
+    return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -68,9 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as e:
+        from eagle3lab.train.distributed import report
+
+        show, linger_s = report(e)
         if args.debug:
             traceback.print_exc()
-        print(f"eagle3lab {args.command}: error: {e}", file=sys.stderr)
+        if show:
+            print(f"eagle3lab {args.command}: error: {e}", file=sys.stderr, flush=True)
+        time.sleep(linger_s)
         return 1
     except KeyboardInterrupt:
         print(f"eagle3lab {args.command}: interrupted; completed work is kept and a re-run "

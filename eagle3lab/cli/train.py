@@ -48,7 +48,10 @@ def add_parser(sub) -> None:
         "full/conditional accuracy per TTT position, train and eval), atomic checkpoints "
         "(checkpoints/step-N: speculators save_pretrained + trainer_state.pt) and final/. "
         "--resume continues exactly. Shards that do not match (eval split, resumed run, "
-        "--init-from drafter) are refused before training. --serve-engine picks the flags "
+        "--init-from drafter) are refused before training. Under torchrun (`torchrun "
+        "--nproc-per-node N -m eagle3lab train ...`) every rank trains the one drafter: DDP, "
+        "or FSDP2 with --fsdp; a step is N x --grad-accum micro-batches. --serve-engine "
+        "picks the flags "
         f"that engine implements: {json.dumps(ENGINE_PROFILES)}.")
     p.add_argument("--config", default=None,
                    help="JSON file of TrainConfig fields; command-line options override it")
@@ -63,6 +66,7 @@ def run(args) -> int:
     from eagle3lab.errors import UserError
     from eagle3lab.fsutil import read_json_object
     from eagle3lab.train import TrainConfig, train_run
+    from eagle3lab.train.distributed import env_rank
 
     opts = {k: v for k, v in vars(args).items() if k in TrainConfig.model_fields}
     where = "train options"
@@ -75,5 +79,6 @@ def run(args) -> int:
         if req not in opts:
             raise UserError(f"--{req} is required (or set it in --config).")
     summary = train_run(TrainConfig.from_dict(opts, where), verify=not args.no_verify)
-    print(json.dumps(summary, indent=2))
+    if env_rank() == 0:  # under torchrun: once
+        print(json.dumps(summary, indent=2))
     return 0

@@ -11,6 +11,11 @@ embedding the target already has) atomically, so a half-written drafter never sh
 
 Layout: RUN_DIR/run.json, metrics.jsonl, checkpoints/step-N/ (speculators save_pretrained +
 trainer_state.pt + checkpoint.json), final/ (speculators format + eagle3lab.json).
+Under torchrun (`dist`, see distributed.py) rank 0 writes those from the full state dict
+(gathered under FSDP), each rank adds rng-rank{R}.pt (its RNG state), an FSDP run adds
+sharded/ (model and optimizer shards, torch.distributed.checkpoint; trainer_state.pt then
+holds no optimizer), and the checkpoint is renamed into place only when every rank's part
+is written.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from eagle3lab.errors import UserError
 from eagle3lab.fsutil import (atomic_dir, atomic_write_json, atomic_write_text, read_json_object,
                              sha256_file)
 from eagle3lab.workdir import FINAL
+from eagle3lab.train import distributed
 
 RUN_FORMAT = "eagle3lab-run"
 RUN_VERSION = 1
@@ -80,14 +86,15 @@ def _set_rng_state(s: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
-def save_pretrained(model, directory: Path) -> None:
-    """speculators' save_pretrained without the "Writing model shards" progress bar."""
+def save_pretrained(model, directory: Path, state_dict: dict | None = None) -> None:
+    """speculators' save_pretrained without the "Writing model shards" progress bar
+    (`state_dict`: the gathered weights of a sharded drafter)."""
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        model.save_pretrained(directory)
+        model.save_pretrained(directory, state_dict=state_dict)
     finally:
         if bars:
             hf_logging.enable_progress_bar()
@@ -99,21 +106,34 @@ def list_checkpoints(out: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
 
 
-def save_checkpoint(out: Path, model, opt, sched, state: dict, keep: int) -> Path:
+def save_checkpoint(out: Path, model, opt, sched, state: dict, keep: int, *,
+                    dist: distributed.Dist | None = None) -> Path:
+    """checkpoints/step-N (see the module docstring); `model` is the drafter (FSDP-sharded
+    or not, never the DDP wrapper). Every rank calls it under torchrun."""
     import shutil
 
     import torch
 
+    d = dist or distributed.Dist()
+    sharded = d.active and distributed.is_sharded(model)
     final = out / "checkpoints" / f"step-{state['step']}"
-    with atomic_dir(final) as tmp:
-        save_pretrained(model, tmp)
-        torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                    "state": state, "rng": _rng_state()}, tmp / "trainer_state.pt")
-        atomic_write_json(tmp / "checkpoint.json", {"step": state["step"],
-                                                     "tokens": state["tokens"],
-                                                     "epoch": state["epoch"]})
-    for old in list_checkpoints(out)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+    with distributed.shared_atomic_dir(final, d) as tmp:
+        if sharded:
+            distributed.save_sharded(model, opt, tmp / "sharded")
+        weights = distributed.gathered_state_dict(model, d)
+        if d.main:
+            save_pretrained(model, tmp, weights)
+            torch.save({"optimizer": None if sharded else opt.state_dict(),
+                        "scheduler": sched.state_dict(), "state": state,
+                        "rng": _rng_state()}, tmp / "trainer_state.pt")
+            atomic_write_json(tmp / "checkpoint.json", {"step": state["step"],
+                                                         "tokens": state["tokens"],
+                                                         "epoch": state["epoch"]})
+        if d.active:
+            torch.save(_rng_state(), tmp / f"rng-rank{d.rank}.pt")
+    if d.main:
+        for old in list_checkpoints(out)[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
     return final
 
 
@@ -127,19 +147,29 @@ def _load_weights(directory: Path) -> dict:
     return weights
 
 
-def load_checkpoint(ckpt: Path, model, opt, sched) -> dict:
+def load_checkpoint(ckpt: Path, model, opt, sched, *,
+                    dist: distributed.Dist | None = None) -> dict:
+    """Load a checkpoint into the drafter (`model`, as for save_checkpoint), optimizer and
+    scheduler; restore this rank's RNG state (rank 0's where the run had fewer ranks, or
+    in one process)."""
     import torch
 
-    weights = _load_weights(ckpt)
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    bad = [k for k in missing if not k.startswith("verifier_")] + list(unexpected)
-    if bad:
-        raise UserError(f"Checkpoint {ckpt} does not fit this drafter (keys {bad[:5]}); "
-                        f"it was made with another configuration.")
+    d = dist or distributed.Dist()
+    if (ckpt / "sharded").is_dir():
+        distributed.load_sharded(model, opt, ckpt / "sharded")
+    else:
+        missing, unexpected = model.load_state_dict(_load_weights(ckpt), strict=False)
+        bad = [k for k in missing if not k.startswith("verifier_")] + list(unexpected)
+        if bad:
+            raise UserError(f"Checkpoint {ckpt} does not fit this drafter (keys {bad[:5]}); "
+                            f"it was made with another configuration.")
     blob = torch.load(ckpt / "trainer_state.pt", weights_only=False, map_location="cpu")
-    opt.load_state_dict(blob["optimizer"])
+    if blob["optimizer"] is not None:
+        opt.load_state_dict(blob["optimizer"])
     sched.load_state_dict(blob["scheduler"])
-    _set_rng_state(blob["rng"])
+    own = ckpt / f"rng-rank{d.rank}.pt"
+    _set_rng_state(torch.load(own, weights_only=False) if d.active and own.exists()
+                   else blob["rng"])
     return blob["state"]
 
 
@@ -156,10 +186,11 @@ def truncate_metrics(path: Path, step: int) -> None:
     atomic_write_text(path, "".join(x + "\n" for x in keep))
 
 
-def save_final(out: Path, model, info: dict[str, Any]) -> Path:
-    """RUN_DIR/final/: the drafter in speculators format + eagle3lab.json describing it."""
+def save_final(out: Path, model, info: dict[str, Any], state_dict: dict | None = None) -> Path:
+    """RUN_DIR/final/: the drafter in speculators format + eagle3lab.json describing it
+    (rank 0 only; `state_dict`: the gathered weights of a sharded drafter)."""
     with atomic_dir(out / FINAL) as tmp:
-        save_pretrained(model, tmp)
+        save_pretrained(model, tmp, state_dict)
         atomic_write_json(tmp / "eagle3lab.json", {k: info[k] for k in (
             "format", "version", "versions", "data", "drafter", "metric_definitions")})
     return out / FINAL

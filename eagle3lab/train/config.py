@@ -97,6 +97,13 @@ class TrainConfig(StrictConfig):
     stop_after_steps: int | None = Field(None, description="stop (as if killed) after this "
                                          "step; for tests")
     progress: bool = Field(True, description="tqdm bar")
+    # Many processes (torchrun; eagle3lab/train/distributed.py). One process: grad_accum only.
+    grad_accum: int = Field(1, ge=1, description="micro-batches per rank per optimizer step "
+                            "(gradients accumulated)")
+    fsdp: bool = Field(False, description="under torchrun: shard parameters, gradients and "
+                       "Adam state with FSDP2 instead of DDP")
+    dist_timeout: float = Field(300.0, gt=0, description="seconds a collective waits for the "
+                                "other ranks before the job fails (torchrun)")
 
 
 def check_train_overrides(overrides: dict[str, Any], where: str, *, reserved: set[str],
@@ -109,7 +116,9 @@ def check_train_overrides(overrides: dict[str, Any], where: str, *, reserved: se
 
 
 #: Settings that may differ when resuming (they do not change what is computed).
-_RESUME_FREE = {"resume", "stop_after_steps", "progress", "device", "out", "cpu_threads"}
+_RESUME_FREE = {"resume", "stop_after_steps", "progress", "device", "out", "cpu_threads",
+                "dist_timeout", "grad_accum",  # world size x grad_accum: distributed.py
+                "dist_timeout", "grad_accum"}  # world size x grad_accum: distributed.py
 
 
 def check_resume_settings(run_config: dict[str, Any], cfg: TrainConfig, out) -> None:

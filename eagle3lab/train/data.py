@@ -5,7 +5,7 @@ Prevents training on data that is not what the run says it is:
   the eval shards against the training shards, and a resumed run's shards against the
   ones it started on (`compare_identity`), each refusal naming both values;
 - a resumed run that replays another order: batches come from speculators' multipack
-  sampler, whose order depends only on seed + epoch;
+  sampler, whose order depends only on seed + epoch (and the micro-batches per step);
 - held-out samples leaking into training: one permutation by data_seed puts them first,
   and data fractions take nested prefixes of the rest (`split_samples`).
 """
@@ -33,23 +33,48 @@ class PackedData:
         all_lengths = np.asarray(shards.lengths(), dtype=np.int64)
         self.lengths = all_lengths[self.indices]
         self._length_of = dict(zip(self.indices.tolist(), self.lengths.tolist()))
-        self._cache: tuple[tuple[int, int], list] | None = None
+        self._cache_key: tuple[int, int, int] | None = None
+        self._cache: dict[int, list] = {}
 
-    def batches(self, seed: int, epoch: int) -> list:
+    def batches(self, seed: int, epoch: int, *, slot: int = 0, slots: int = 1) -> list:
+        """Micro-batch `slot` of each optimizer step when a step packs `slots` micro-batches
+        (speculators' sampler with num_replicas=slots, rank=slot; one process: 0 of 1)."""
         import warnings
 
         from speculators.train.distributed_batch_sampler import (
             MultipackDistributedBatchSamplerV2)
 
-        if self._cache is None or self._cache[0] != (seed, epoch):
+        if self._cache_key != (seed, epoch, slots):
+            self._cache_key, self._cache = (seed, epoch, slots), {}
+        if slot not in self._cache:
             with warnings.catch_warnings():  # "samples longer than max ... truncated"
                 warnings.simplefilter("ignore")
                 s = MultipackDistributedBatchSamplerV2(
-                    batch_max_length=self.max_tokens, lengths=self.lengths, num_replicas=1,
-                    rank=0, seed=seed)
-                self._cache = ((seed, epoch),
-                               [self.indices[b] for b in s._generate_batches(epoch)])
-        return self._cache[1]
+                    batch_max_length=self.max_tokens, lengths=self.lengths,
+                    num_replicas=slots, rank=slot, seed=seed)
+                self._cache[slot] = [self.indices[b] for b in s._generate_batches(epoch)]
+        return self._cache[slot]
+
+    def steps(self, seed: int, epoch: int, *, rank: int = 0, world_size: int = 1,
+              grad_accum: int = 1) -> list[list]:
+        """This rank's micro-batches of each optimizer step of an epoch.
+
+        One optimizer step = world_size x grad_accum micro-batches, packed together by
+        speculators' sampler (one per "replica"); rank r's micro-step k takes slot
+        k * world_size + r. So the data of a step depends only on world_size x grad_accum:
+        2 ranks x 1 and 1 process x 2 train on the same micro-batches. Across all slots an
+        epoch holds every sample once, except that the sampler drops the last
+        < world_size x grad_accum samples of the epoch's permutation (as speculators'
+        trainer does; a different few each epoch). One process, grad_accum 1: the batches
+        of `batches(seed, epoch)`, one per step."""
+        n = world_size * grad_accum
+        mine = [self.batches(seed, epoch, slot=k * world_size + rank, slots=n)
+                for k in range(grad_accum)]
+        if n > 1 and not mine[0]:
+            raise UserError(f"{len(self.indices)} training samples cannot fill {n} "
+                            f"micro-batches per step (world size {world_size} x grad_accum "
+                            f"{grad_accum}); use fewer ranks, a smaller grad_accum or more data.")
+        return [list(step) for step in zip(*mine)]
 
     def batch_tokens(self, batch) -> int:
         """Positions trained on: each sample loses one token to the shift."""
@@ -121,9 +146,10 @@ def compare_identity(old: dict, new: dict, what: str, path) -> None:
                         "run directory.")
 
 
-def prepare_data(cfg: TrainConfig, *, verify: bool = True):
+def prepare_data(cfg: TrainConfig, *, verify: bool = True, verbose: bool = True):
     """Open and cross-check the shards (verify: their recorded sha256s too, first); return
-    (train ShardSet, train PackedData, eval PackedData, eval note, d2t, t2d, target path)."""
+    (train ShardSet, train PackedData, eval PackedData, eval note, d2t, t2d, target path).
+    verbose=False: no printed note (ranks other than 0)."""
     from transformers import AutoConfig
 
     from eagle3lab.data.shards import ShardSet
@@ -158,6 +184,7 @@ def prepare_data(cfg: TrainConfig, *, verify: bool = True):
         note = (f"warning: no eval_data given; holding out {len(eval_idx)} of {len(shards)} "
                 f"training samples (eval_fraction={cfg.eval_fraction}). Held-out prompts "
                 f"(`--eval-data`) measure generalisation better.")
-        print(note)
+        if verbose:
+            print(note)
     train_data = PackedData(shards, train_idx, cfg.max_tokens_per_batch, pad=cfg.pad_batches)
     return shards, train_data, eval_data, note, d2t, t2d, target_path

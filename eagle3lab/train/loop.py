@@ -4,6 +4,13 @@ Prevents silently training on NaN: a NaN/inf loss or gradient stops the run nami
 step, the per-position losses, the lr and any samples with non-finite features, marks the
 run failed in run.json and keeps the last good checkpoint (`TrainingDiverged`).
 
+Under torchrun every rank runs this loop (distributed.py: DDP or FSDP2, the data shared
+out per optimizer step by `PackedData.steps`, one all-reduce per step for the raw counts
+and the NaN flag, so every rank stops at the same step; rank 0 logs and writes). One
+optimizer step = world_size x grad_accum micro-batches, each loss (speculators' per-batch
+mean) weighted 1 / (world_size x grad_accum): the gradient is the mean of the micro-batch
+gradients, exactly as one process accumulating the same micro-batches.
+
 The loop is ours, around speculators' real pieces: `Eagle3DraftModel.forward` (TTT unroll,
 loss and per-position metrics), `shift_batch` + `CollateFn` (its input pairing and
 packing) and `MultipackDistributedBatchSamplerV2` (its data order). speculators'
@@ -22,6 +29,7 @@ from typing import Any
 
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, check_writable_dir
+from eagle3lab.train import distributed
 from eagle3lab.train.metrics import METRIC_DEFINITIONS, step_counts, summarize_counts
 from eagle3lab.train.checkpoints import (RUN_FORMAT, RUN_VERSION, list_checkpoints, load_checkpoint,
                           read_run, save_checkpoint, save_final, truncate_metrics, versions)
@@ -29,6 +37,7 @@ from eagle3lab.train.config import ENGINE_PROFILES, TrainConfig, check_resume_se
 from eagle3lab.train.data import PackedData, compare_identity, prepare_data, shard_identity
 from eagle3lab.train.drafter import build_drafter, init_from
 from eagle3lab.train.evaluation import evaluate
+from eagle3lab.workdir import FINAL
 
 
 class TrainingDiverged(UserError):
@@ -56,13 +65,22 @@ def _scheduler(opt, cfg: TrainConfig, total_steps: int):
     return fn(opt, cfg.warmup_steps, max(total_steps, 1))
 
 
-def _plan_steps(data: PackedData, cfg: TrainConfig) -> tuple[int, int]:
+def _step_tokens(data: PackedData, cfg: TrainConfig, d: distributed.Dist,
+                 epoch: int) -> list[int]:
+    """Tokens of each optimizer step of an epoch: all ranks' micro-batches, summed."""
+    steps = data.steps(cfg.seed, epoch, rank=d.rank, world_size=d.world_size,
+                       grad_accum=cfg.grad_accum)
+    return [int(t) for t in d.sum([sum(data.batch_tokens(b) for b in micro)
+                                   for micro in steps])]
+
+
+def _plan_steps(data: PackedData, cfg: TrainConfig, d: distributed.Dist) -> tuple[int, int]:
     """(total optimizer steps, tokens they process): epochs, cut by max_steps/max_tokens."""
     steps = tokens = 0
     for epoch in range(cfg.epochs):
-        for b in data.batches(cfg.seed, epoch):
+        for t in _step_tokens(data, cfg, d, epoch):
             steps += 1
-            tokens += data.batch_tokens(b)
+            tokens += t
             if (cfg.max_steps and steps >= cfg.max_steps) or (
                     cfg.max_tokens and tokens >= cfg.max_tokens):
                 return steps, tokens
@@ -103,60 +121,85 @@ def train_run(cfg: TrainConfig, *, verify: bool = True) -> dict[str, Any]:
 
 
 def _train_run(cfg: TrainConfig, verify: bool) -> dict[str, Any]:
+    from eagle3lab.target.adapter import resolve_device
+
+    distributed.check_launch(fsdp=cfg.fsdp)
+    with distributed.session(device=resolve_device(cfg.device),
+                             timeout_s=cfg.dist_timeout) as (d, dev):
+        where: dict[str, Any] = {"step": None, "checkpoint": None}  # step None: not begun
+        try:
+            return _train_ranks(cfg, d, dev, where, verify)
+        except Exception as e:
+            if d.active and not isinstance(e, UserError) and distributed.is_comm_error(e):
+                raise distributed.comm_failure(d, e, step=where["step"],
+                                               checkpoint=where["checkpoint"]) from None
+            raise
+
+
+def _train_ranks(cfg: TrainConfig, d: distributed.Dist, dev: str,
+                 where: dict[str, Any], verify: bool) -> dict[str, Any]:
+    """The run on every rank (one process: d is rank 0 of 1). `where` follows the step and
+    the last checkpoint, for the message of a failed collective."""
     import contextlib
 
     import torch
     from speculators.losses import resolve_loss_config
     from tqdm.auto import tqdm
 
-    from eagle3lab.target.adapter import resolve_device
-
     out = check_writable_dir(cfg.out, "run directory")
+    distributed.check_shared_dir(d, out)
     run_path, metrics_path = out / "run.json", out / "metrics.jsonl"
     previous = read_run(out) if run_path.exists() else None
     if previous and not cfg.resume:
         raise UserError(f"{out} already holds a run (status {previous.get('status')!r}). Pass "
                         f"resume=True (--resume) to continue it, or choose a new directory.")
+    ranks = distributed.describe(d, fsdp=cfg.fsdp, grad_accum=cfg.grad_accum)
     if previous:
         check_resume_settings(previous["config"], cfg, out)
         if previous.get("status") == "done":
             return previous["summary"]
+        distributed.check_resume_world(previous.get("distributed"), ranks, out)
 
     shards, train_data, eval_data, eval_note, d2t, t2d, target_path = prepare_data(
-        cfg, verify=verify)
+        cfg, verify=verify, verbose=d.main)
     if previous:
         compare_identity(previous["data"]["train"], shard_identity(shards),
                          f"the run in {out}", shards.path)
-    dev = resolve_device(cfg.device)
     cuda = dev.startswith("cuda")
     dtype = torch.bfloat16 if cuda else torch.float32  # CPU: fp32 (bf16 is ~5x slower)
     train_data.pad = cfg.pad_batches or cuda  # speculators compiles forward on CUDA
     torch.manual_seed(cfg.seed)
     aux = shards.aux
-    model = build_drafter(target_path=target_path, aux=aux, d2t=d2t, t2d=t2d,
-                          serve_engine=cfg.serve_engine, ttt_steps=cfg.ttt_steps,
-                          num_layers=cfg.num_layers, attn=cfg.draft_attn)
+    drafter = build_drafter(target_path=target_path, aux=aux, d2t=d2t, t2d=t2d,
+                            serve_engine=cfg.serve_engine, ttt_steps=cfg.ttt_steps,
+                            num_layers=cfg.num_layers, attn=cfg.draft_attn)
     if cfg.init_from:
-        init_from(model, cfg.init_from, shards, d2t)
+        init_from(drafter, cfg.init_from, shards, d2t)
     if cfg.train_lm_head:
-        model.lm_head.weight.requires_grad_(True)
-    model.to(dev).train()
-    params = [p for p in model.parameters() if p.requires_grad]
+        drafter.lm_head.weight.requires_grad_(True)
+    drafter.to(dev).train()
+    # model: what the steps call (DDP wrapper, or the drafter); drafter: what is saved
+    model, drafter = distributed.wrap_model(drafter, d, fsdp=cfg.fsdp, device=dev)
+    params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    total_steps, total_tokens = _plan_steps(train_data, cfg)
+    total_steps, total_tokens = _plan_steps(train_data, cfg, d)
     sched = _scheduler(opt, cfg, total_steps)
     fwd_kw = {"ttt_steps": cfg.ttt_steps, "ttt_step_loss_decay": cfg.ttt_step_loss_decay,
               "loss_config": resolve_loss_config(cfg.loss_fn, "eager")}
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if cuda \
         else contextlib.nullcontext  # as speculators: fp32 master weights, bf16 compute
     ev_kw = {"ttt_steps": cfg.ttt_steps, "decay": cfg.ttt_step_loss_decay,
-             "loss_fn": cfg.loss_fn, "device": dev}
+             "loss_fn": cfg.loss_fn, "device": dev, "dist": d}
+    eval_model = drafter  # DDP: the drafter itself (no collective in its forward)
     state = {"step": 0, "epoch": 0, "batch": 0, "tokens": 0, "loss_tokens": 0, "wall_s": 0.0}
-    ckpts = list_checkpoints(out) if cfg.resume else []
+    ckpts = d.broadcast(list_checkpoints(out) if cfg.resume and d.main else [])
     if ckpts:
-        state = load_checkpoint(ckpts[-1], model, opt, sched)
-        print(f"train: resuming {out} from {ckpts[-1].name} (step {state['step']}).")
-    truncate_metrics(metrics_path, state["step"] if ckpts else -1)
+        state = load_checkpoint(ckpts[-1], drafter, opt, sched, dist=d)
+        if d.main:
+            print(f"train: resuming {out} from {ckpts[-1].name} (step {state['step']}).")
+    d.barrier()  # every rank has read the run directory before rank 0 rewrites it
+    if d.main:
+        truncate_metrics(metrics_path, state["step"] if ckpts else -1)
     info = {
         "format": RUN_FORMAT, "version": RUN_VERSION, "status": "running",
         "config": cfg.model_dump(), "versions": versions(),
@@ -164,8 +207,7 @@ def _train_run(cfg: TrainConfig, verify: bool) -> dict[str, Any]:
                  "eval": shard_identity(eval_data.shards),
                  "train_samples": len(train_data.indices),
                  "eval_samples": len(eval_data.indices),
-                 "tokens_per_epoch": sum(train_data.batch_tokens(b)
-                                         for b in train_data.batches(cfg.seed, 0))},
+                 "tokens_per_epoch": sum(_step_tokens(train_data, cfg, d, 0))},
         "drafter": {"serve_engine": cfg.serve_engine,
                     "engine_profile": ENGINE_PROFILES[cfg.serve_engine],
                     "aux": {"capture_points": list(aux.capture_points),
@@ -176,18 +218,24 @@ def _train_run(cfg: TrainConfig, verify: bool) -> dict[str, Any]:
                     "hidden_size": int(shards.hidden_size),
                     "trainable_params": sum(p.numel() for p in params),
                     "device": dev, "compute_dtype": str(dtype).replace("torch.", "")},
+        "distributed": ranks,
         "plan": {"total_steps": total_steps, "total_tokens": total_tokens},
         "metric_definitions": METRIC_DEFINITIONS, "progress": dict(state), "summary": None,
     }
-    atomic_write_json(run_path, info)
 
+    def write_run() -> None:
+        if d.main:
+            atomic_write_json(run_path, info)
+
+    write_run()
     pending = sorted(t for t in cfg.eval_at_tokens if t > state["tokens"])
     t0 = time.time() - state["wall_s"]
-    ckpt_path = ckpts[-1] if ckpts else None
+    where["checkpoint"] = ckpts[-1] if ckpts else None
 
     def log(line: dict) -> None:
-        with open(metrics_path, "a") as f:
-            f.write(json.dumps(line) + "\n")
+        if d.main:
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(line) + "\n")
 
     def base_line() -> dict:
         return {"step": state["step"], "epoch": state["epoch_f"] if "epoch_f" in state else 0.0,
@@ -196,39 +244,60 @@ def _train_run(cfg: TrainConfig, verify: bool) -> dict[str, Any]:
 
     def fail(msg: str) -> None:
         info.update(status="failed", error=msg, progress=dict(state))
-        atomic_write_json(run_path, info)
+        write_run()
+        ckpt_path = where["checkpoint"]
         raise TrainingDiverged(msg + " The last good checkpoint is kept: "
                                + (str(ckpt_path) if ckpt_path else "none was written yet "
                                   "(set checkpoint_every)") + f"; {run_path} records the failure.")
 
     if state["step"] == 0 and cfg.eval_at_start:
         log({**base_line(), "train": None,
-             "eval": evaluate(model, eval_data, **ev_kw)})
+             "eval": evaluate(eval_model, eval_data, **ev_kw)})
     bar = tqdm(total=total_steps, initial=state["step"], desc="train", unit="step",
-               disable=not cfg.progress)
+               disable=not (cfg.progress and d.main))
+    rank_note = f", rank {d.rank} of {d.world_size}" if d.active else ""
+    micro_n = d.world_size * cfg.grad_accum  # micro-batches per optimizer step
     stopped = False
     while state["step"] < total_steps and not stopped:
-        batches = train_data.batches(cfg.seed, state["epoch"])
-        for bi in range(state["batch"], len(batches)):
-            ids = batches[bi]
-            batch = {k: v.to(dev, non_blocking=True)
-                     for k, v in train_data.collate(ids, dtype).items()}
-            with autocast():
-                _, loss, m = model(**batch, **fwd_kw)
-            if not _finite(loss):
-                per_pos = [float(m[f"loss_{i}_sum"]) for i in range(cfg.ttt_steps)]
-                bad = _nonfinite_samples(train_data, ids)
-                fail(f"Training stopped at step {state['step'] + 1} (epoch {state['epoch']}): "
-                     f"the loss is {float(loss.detach())} (per TTT position {per_pos}) at lr "
-                     f"{opt.param_groups[0]['lr']:.3g}. "
-                     + (f"The input features of sample(s) {bad} in {shards.path} are not "
-                        f"finite: re-extract those conversations or drop them." if bad else
-                        "The inputs are finite, so training diverged: lower lr, add "
-                        "warmup_steps, or tighten grad_clip."))
+        steps = train_data.steps(cfg.seed, state["epoch"], rank=d.rank,
+                                 world_size=d.world_size, grad_accum=cfg.grad_accum)
+        for bi in range(state["batch"], len(steps)):
+            where["step"] = state["step"] + 1
+            distributed.fault_point(d, state["step"] + 1)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            gn = torch.nn.utils.clip_grad_norm_(
-                params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+            counts: dict[str, float] = {}
+            loss_sum, tokens, loss_tokens, problem = 0.0, 0, 0, None
+            for k, ids in enumerate(steps[bi]):
+                batch = {key: v.to(dev, non_blocking=True)
+                         for key, v in train_data.collate(ids, dtype).items()}
+                with distributed.grad_sync(model, sync=k == len(steps[bi]) - 1):
+                    with autocast():
+                        _, loss, m = model(**batch, **fwd_kw)
+                    (loss / cfg.grad_accum if cfg.grad_accum > 1 else loss).backward()
+                if problem is None and not _finite(loss):
+                    per_pos = [float(m[f"loss_{i}_sum"]) for i in range(cfg.ttt_steps)]
+                    bad = _nonfinite_samples(train_data, ids)
+                    problem = (
+                        f"Training stopped at step {state['step'] + 1} (epoch {state['epoch']}"
+                        f"{rank_note}): the loss is {float(loss.detach())} (per TTT position "
+                        f"{per_pos}) at lr {opt.param_groups[0]['lr']:.3g}. "
+                        + (f"The input features of sample(s) {bad} in {shards.path} are not "
+                           f"finite: re-extract those conversations or drop them." if bad else
+                           "The inputs are finite, so training diverged: lower lr, add "
+                           "warmup_steps, or tighten grad_clip."))
+                for key, v in step_counts(m, batch["loss_mask"], cfg.ttt_steps,
+                                          cfg.ttt_step_loss_decay).items():
+                    counts[key] = counts.get(key, 0.0) + v
+                loss_sum += float(loss.detach())
+                tokens += train_data.batch_tokens(ids)
+                loss_tokens += int(batch["loss_mask"].sum())
+            # one all-reduce: NaN flag, objective, tokens and every raw count of the step
+            flag, loss_sum, tokens, loss_tokens, *summed = d.sum(
+                [problem is not None, loss_sum, tokens, loss_tokens, *counts.values()])
+            if flag:
+                fail(next(p for p in d.gather(problem) if p))
+            counts = dict(zip(counts, summed))
+            gn = distributed.clip_grad_norm(params, cfg.grad_clip)
             if not _finite(gn):
                 fail(f"Training stopped at step {state['step'] + 1}: the gradient norm is "
                      f"{float(gn)} at lr {opt.param_groups[0]['lr']:.3g}; lower lr or set "
@@ -236,12 +305,11 @@ def _train_run(cfg: TrainConfig, verify: bool) -> dict[str, Any]:
             lr = opt.param_groups[0]["lr"]
             opt.step()
             sched.step()
-            counts = step_counts(m, batch["loss_mask"], cfg.ttt_steps, cfg.ttt_step_loss_decay)
             state["step"] += 1
-            state["tokens"] += train_data.batch_tokens(ids)
-            state["loss_tokens"] += int(batch["loss_mask"].sum())
-            state["epoch_f"] = state["epoch"] + (bi + 1) / len(batches)
-            state["epoch"], state["batch"] = ((state["epoch"] + 1, 0) if bi + 1 == len(batches)
+            state["tokens"] += int(tokens)
+            state["loss_tokens"] += int(loss_tokens)
+            state["epoch_f"] = state["epoch"] + (bi + 1) / len(steps)
+            state["epoch"], state["batch"] = ((state["epoch"] + 1, 0) if bi + 1 == len(steps)
                                               else (state["epoch"], bi + 1))
             last = state["step"] >= total_steps
             do_eval = last or (cfg.eval_every and state["step"] % cfg.eval_every == 0)
@@ -250,19 +318,20 @@ def _train_run(cfg: TrainConfig, verify: bool) -> dict[str, Any]:
                 do_eval = True
             if do_eval or state["step"] % max(cfg.log_every, 1) == 0:
                 train_m = summarize_counts(counts, cfg.ttt_steps, cfg.ttt_step_loss_decay)
-                train_m.update(objective=float(loss.detach()), grad_norm=float(gn))
+                train_m.update(objective=loss_sum / micro_n, grad_norm=float(gn))
                 line = {**base_line(), "lr": lr, "train": train_m}
                 if do_eval:
-                    line["eval"] = evaluate(model, eval_data, **ev_kw)
+                    line["eval"] = evaluate(eval_model, eval_data, **ev_kw)
                 log(line)
                 bar.set_postfix(loss=f"{train_m['objective']:.3f}",
                                 acc0=f"{train_m['full_acc'][0]:.2f}")
             bar.update(1)
             state["wall_s"] = time.time() - t0
             if cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0 and not last:
-                ckpt_path = save_checkpoint(out, model, opt, sched, state, cfg.keep_checkpoints)
+                where["checkpoint"] = save_checkpoint(out, drafter, opt, sched, state,
+                                                      cfg.keep_checkpoints, dist=d)
                 info["progress"] = dict(state)
-                atomic_write_json(run_path, info)
+                write_run()
             if cfg.stop_after_steps and state["step"] >= cfg.stop_after_steps and not last:
                 stopped = True
             if last or stopped:
@@ -272,13 +341,15 @@ def _train_run(cfg: TrainConfig, verify: bool) -> dict[str, Any]:
     info["progress"] = dict(state)
     if stopped:
         info["status"] = "stopped"
-        atomic_write_json(run_path, info)
+        write_run()
         return {"run_dir": str(out), "status": "stopped", "step": state["step"]}
-    final = save_final(out, model, info)
-    summary = {"run_dir": str(out), "status": "done", "final": str(final),
+    weights = distributed.gathered_state_dict(drafter, d)
+    if d.main:
+        save_final(out, drafter, info, weights)
+    summary = {"run_dir": str(out), "status": "done", "final": str(out / FINAL),
                "steps": state["step"], "tokens": state["tokens"],
                "wall_s": round(state["wall_s"], 2),
                "tokens_per_s": state["tokens"] / state["wall_s"] if state["wall_s"] else None}
     info.update(status="done", summary=summary)
-    atomic_write_json(run_path, info)
+    write_run()
     return summary

@@ -263,11 +263,11 @@ def test_cli_config_file_errors_name_the_file_and_field(tmp_path, capsys):
                                           f"the command-line options): {expected}"), err
     cfg.write_text(json.dumps(["--data", "d"]))
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "run")]) == 1
-    assert f"--config {cfg}: expected a JSON object of TrainConfig fields, found a list" in \
+    assert f"--config file {cfg} holds a JSON array (a list), not an object" in \
         capsys.readouterr().err
     cfg.write_bytes(b"\xff\xfe{}")
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "run")]) == 1
-    assert f"--config {cfg}: cannot read it as JSON" in capsys.readouterr().err
+    assert f"--config file {cfg} is not UTF-8 text" in capsys.readouterr().err
     assert main(["train", "--data", "d", "--out", str(tmp_path / "run"), "--lr", "-1"]) == 1
     assert "train options: field 'lr' has value -1.0 (float)" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()

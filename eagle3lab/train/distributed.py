@@ -1,0 +1,387 @@
+"""Training on many processes: a thin layer over torch.distributed that the loop calls.
+
+Under torchrun (RANK, WORLD_SIZE and LOCAL_RANK set) `session` starts the process group
+(nccl on CUDA, gloo on CPU) with `timeout=dist_timeout`; without torchrun it yields a
+one-process `Dist` whose collectives return their input, so the loop has one code path and
+a one-process run computes, logs and writes exactly what it did before. The model is
+wrapped in DDP, or sharded with FSDP2 (`fully_shard`: parameters, gradients and Adam state)
+with `fsdp=True`.
+
+Prevents the failures of a run spread over processes:
+- ranks that disagree: every decision (log, eval, stop, NaN) is taken on all-reduced
+  numbers, so every rank takes it at the same step; a NaN on one rank stops all of them;
+- a dead or hung rank that leaves the others waiting forever: collectives time out after
+  `dist_timeout`, the rank that notices says which rank stopped answering (gloo's
+  `monitored_barrier` on a side group) and exits, and torchrun ends the job; a rank whose
+  peer died waits a moment so that torchrun's summary names the dead rank first;
+- half-written checkpoints: `shared_atomic_dir` lists a checkpoint only after every rank's
+  part is written (barrier, then rank 0 renames);
+- a resume that is another run: the micro-batches of an optimizer step depend only on
+  world size x grad_accum (`PackedData.steps`), so a DDP run resumes at any world size with
+  the same product (`check_resume_world` refuses others, naming both sizes); FSDP runs
+  resume at their own world size.
+
+Test-only fault injection: EAGLE3LAB_TEST_FAULT="kill:RANK:STEP" (SIGKILL) or
+"hang:RANK:STEP" makes that rank die or hang when it starts that optimizer step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import signal
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Iterator
+
+from eagle3lab.errors import UserError
+from eagle3lab.fsutil import atomic_dir
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+class RankFailure(UserError):
+    """A collective failed on this rank: another rank died or stopped answering.
+    `linger_s`: seconds to wait before exiting (a peer died: let torchrun see it first);
+    `record`: whether torchrun's error file should carry this message."""
+
+    def __init__(self, msg: str, *, linger_s: float = 0.0, record: bool = True):
+        super().__init__(msg)
+        self.linger_s, self.record = linger_s, record
+
+
+def under_torchrun() -> bool:
+    return all(v in os.environ for v in TORCHRUN_VARS)
+
+
+def env_rank() -> int:
+    """This process's global rank under torchrun, 0 otherwise."""
+    return int(os.environ["RANK"]) if under_torchrun() else 0
+
+
+@dataclasses.dataclass
+class Dist:
+    """The ranks of one run. backend None: one process, no process group."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: str | None = None
+    timeout_s: float = 300.0
+    device: str = "cpu"  # where this rank's collectives' tensors live
+    health: Any = None  # gloo side group for monitored_barrier
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.backend is not None
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum over ranks (float64); the values themselves in one process."""
+        if not self.active:
+            return list(values)
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def gather(self, obj) -> list:
+        """Every rank's `obj`, in rank order."""
+        if not self.active:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def broadcast(self, obj):
+        """Rank 0's `obj` on every rank."""
+        if not self.active:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def barrier(self) -> None:
+        if self.active:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+
+def check_launch(*, fsdp: bool) -> None:
+    if fsdp and not under_torchrun():
+        raise UserError("fsdp (--fsdp) shards the drafter over torchrun's ranks: launch with "
+                        "`torchrun --nproc-per-node N -m eagle3lab train ... --fsdp`.")
+
+
+@contextlib.contextmanager
+def session(*, device: str, timeout_s: float) -> Iterator[tuple[Dist, str]]:
+    """(Dist, this rank's device). Under torchrun: init the process group (nccl on CUDA,
+    gloo on CPU; an already initialised one is used and left alone), each rank on
+    cuda:LOCAL_RANK; a barrier on success, the group destroyed at exit. Otherwise a
+    one-process Dist and `device` unchanged."""
+    if not under_torchrun():
+        yield Dist(timeout_s=timeout_s), device
+        return
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ["LOCAL_RANK"])
+    cuda = device.startswith("cuda")
+    if cuda:
+        device = f"cuda:{local}"
+        torch.cuda.set_device(local)
+    timeout = timedelta(seconds=timeout_s)
+    owned = not dist.is_initialized()
+    if owned:
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout,
+                                device_id=torch.device(device) if cuda else None)
+    d = Dist(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local,
+             backend=dist.get_backend(), timeout_s=timeout_s, device=device if cuda else "cpu",
+             health=dist.new_group(backend="gloo", timeout=timeout))
+    ok = False
+    try:
+        yield d, device
+        ok = True
+    finally:
+        if ok:
+            d.barrier()
+        if owned and ok:
+            dist.destroy_process_group()
+
+
+def describe(d: Dist, *, fsdp: bool, grad_accum: int) -> dict[str, Any]:
+    """What run.json records about the ranks."""
+    return {"world_size": d.world_size, "backend": d.backend, "fsdp": fsdp,
+            "grad_accum": grad_accum, "micro_batches_per_step": d.world_size * grad_accum}
+
+
+def check_resume_world(previous: dict | None, now: dict, out) -> None:
+    """Refuse to resume a run at a world size that would change its optimizer steps."""
+    prev = previous or {"world_size": 1, "grad_accum": 1, "fsdp": False}
+    w0, k0, w, k = prev["world_size"], prev["grad_accum"], now["world_size"], now["grad_accum"]
+    if now["fsdp"] and w != w0:
+        raise UserError(f"Cannot resume the FSDP run in {out} on {w} rank(s): it was trained "
+                        f"on {w0}. Resume it with torchrun on {w0} ranks.")
+    if w * k != w0 * k0:
+        fix = (f"--grad-accum {w0 * k0 // w} on {w} rank(s)" if (w0 * k0) % w == 0
+               else f"a world size that divides {w0 * k0}")
+        raise UserError(
+            f"Cannot resume the run in {out} at world size {w} x grad_accum {k} = {w * k} "
+            f"micro-batches per optimizer step: it was trained at world size {w0} x "
+            f"grad_accum {k0} = {w0 * k0}. Any world size x grad_accum = {w0 * k0} continues "
+            f"the same steps: use {fix}.")
+
+
+def check_shared_dir(d: Dist, out: Path) -> None:
+    """Refuse a run directory that not every rank sees (nodes without a shared filesystem)."""
+    if not d.active:
+        return
+    import socket
+
+    probe = out / f".ranks-probe-{d.broadcast(os.urandom(6).hex() if d.main else None)}"
+    if d.main:
+        probe.write_text("")
+    d.barrier()
+    seen = d.gather((probe.exists(), socket.gethostname()))
+    d.barrier()
+    if d.main:
+        probe.unlink()
+    missing = [f"rank {r} on {host}" for r, (ok, host) in enumerate(seen) if not ok]
+    if missing:
+        raise UserError(f"The run directory {out} is not shared by every rank: "
+                        + ", ".join(missing) + " cannot see a file rank 0 wrote there. "
+                        "Put --out on a filesystem every node mounts (NFS, Lustre, ...).")
+
+
+# --- the model --------------------------------------------------------------------------
+def wrap_model(model, d: Dist, *, fsdp: bool, device: str):
+    """(model to train, the drafter inside it). DDP under torchrun; FSDP2 `fully_shard`
+    (each decoder layer, then the whole drafter, as speculators does) with fsdp=True; the
+    drafter itself in one process."""
+    if not d.active:
+        return model, model
+    if fsdp:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cuda" if device.startswith("cuda") else "cpu",
+                                (d.world_size,))
+        for layer in model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model, model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(
+        model, device_ids=[d.local_rank] if device.startswith("cuda") else None)
+    return ddp, model
+
+
+def is_sharded(model) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+@contextlib.contextmanager
+def grad_sync(model, *, sync: bool) -> Iterator[None]:
+    """Around a micro-step's forward and backward: all-reduce (DDP) / reduce-scatter
+    (FSDP) the gradients only when `sync` (the step's last micro-batch)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel) and not sync:
+        with model.no_sync():
+            yield
+        return
+    if is_sharded(model):
+        model.set_requires_gradient_sync(sync)
+    yield
+
+
+def clip_grad_norm(params, max_norm: float):
+    """The global gradient norm (before clipping), clipped to max_norm (0 = off)."""
+    import torch
+
+    gn = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+    return gn.full_tensor() if hasattr(gn, "full_tensor") else gn
+
+
+def gathered_state_dict(model, d: Dist) -> dict | None:
+    """A sharded drafter's full state dict, gathered to CPU on rank 0 (every rank takes
+    part; None elsewhere). None for an unsharded drafter: its own state_dict is whole."""
+    if not (d.active and is_sharded(model)):
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                              cpu_offload=True))
+    return sd if d.main else None
+
+
+def save_sharded(model, opt, path: Path) -> None:
+    """Model and optimizer shards of every rank (torch.distributed.checkpoint)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
+
+
+def load_sharded(model, opt, path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    msd, osd = get_state_dict(model, opt)
+    dcp.load({"model": msd, "optim": osd}, checkpoint_id=str(path))
+    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+
+
+@contextlib.contextmanager
+def shared_atomic_dir(final: Path, d: Dist) -> Iterator[Path]:
+    """`fsutil.atomic_dir` for all ranks: rank 0 makes the temporary directory, every rank
+    writes its part into it, and only after a barrier (every part complete) does rank 0
+    rename it to `final`; a second barrier lets every rank see it."""
+    if not d.active:
+        with atomic_dir(final) as tmp:
+            yield tmp
+        return
+    if d.main:
+        with atomic_dir(final) as tmp:
+            d.broadcast(str(tmp))
+            yield tmp
+            d.barrier()
+    else:
+        yield Path(d.broadcast(None))
+        d.barrier()
+    d.barrier()
+
+
+# --- faults -----------------------------------------------------------------------------
+def fault_point(d: Dist, step: int) -> None:
+    """Test-only fault injection (see the module docstring)."""
+    spec = os.environ.get("EAGLE3LAB_TEST_FAULT")
+    if not spec:
+        return
+    kind, rank, at = spec.split(":")
+    if int(rank) == d.rank and int(at) == step:
+        if kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        while kind == "hang":
+            time.sleep(60)
+
+
+def is_comm_error(e: BaseException) -> bool:
+    import torch.distributed as dist
+
+    text = str(e).lower()
+    return isinstance(e, dist.DistError) or any(s in text for s in (
+        "gloo", "connection closed by peer", "connection reset", "nccl", "timed out",
+        "timeout caused pair closure"))
+
+
+def comm_failure(d: Dist, e: BaseException, *, step: int | None, checkpoint) -> RankFailure:
+    """The message for a collective that failed on this rank: which rank stopped answering
+    (a peer that died closes its connections; one that hangs fails gloo's
+    monitored_barrier, which rank 0 runs over every rank), and how to resume."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    first = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". This is typically")[0][:240]
+    died = "closed by peer" in first or "Connection reset" in first
+    where = f"rank {d.rank} of {d.world_size}: " + (f"at step {step}" if step
+                                                    else "before the first step")
+    resume = (f" The last complete checkpoint is {checkpoint}: rerun the same torchrun "
+              f"command with --resume." if checkpoint else
+              " No checkpoint was written yet (set --checkpoint-every).")
+    if died:
+        return RankFailure(f"{where} another rank closed its connection ({first}): it died; "
+                           f"torchrun's summary names it." + resume,
+                           linger_s=min(d.timeout_s, 10.0), record=False)
+    return RankFailure(f"{where} a collective failed ({first}) within dist_timeout="
+                       f"{d.timeout_s:g}; {_unanswering(d)}." + resume)
+
+
+def _unanswering(d: Dist) -> str:
+    import torch.distributed as dist
+
+    try:
+        dist.monitored_barrier(group=d.health, wait_all_ranks=True,
+                               timeout=timedelta(seconds=min(d.timeout_s, 60.0)))
+        return "every rank answered a check afterwards"
+    except RuntimeError as x:
+        m = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", str(x))
+        if m:
+            return f"rank {m.group(1).strip()} did not answer a check either: it hangs or died"
+        if not d.main:
+            return ("rank 0, which checks every rank, did not answer: rank 0 hangs or died, "
+                    "or rank 0's message names the rank that did")
+        return "a check of the other ranks failed too"
+
+
+def report(e: UserError) -> tuple[bool, float]:
+    """For the CLI, on a UserError: (print it on this rank?, seconds to wait before
+    exiting). Under torchrun only rank 0 prints errors every rank raises, a RankFailure
+    prints wherever it happens, and torchrun's error file gets the message so that its
+    summary shows it for the rank that failed first."""
+    if not under_torchrun():
+        return True, 0.0
+    failure = isinstance(e, RankFailure)
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path and (not failure or e.record):
+        msg = f"{type(e).__name__}: {e}"
+        with contextlib.suppress(OSError), open(path, "w") as f:
+            json.dump({"message": {"message": msg, "extraInfo": {
+                "py_callstack": msg, "timestamp": str(int(time.time()))}}}, f)
+    return env_rank() == 0 or failure, (e.linger_s if failure else 0.0)

@@ -277,7 +277,8 @@ def test_resume_after_the_kill_equals_the_uninterrupted_run(tmp_path, killed_run
 def test_a_nan_on_one_rank_stops_every_rank_at_that_step(tmp_path, sharp_data):
     from safetensors.torch import load_file, save_file
 
-    from eagle3lab.data.shards import ShardSet
+    from eagle3lab.data.shards import ShardSet, read_manifest, write_manifest
+    from eagle3lab.fsutil import sha256_file
     from eagle3lab.train import PackedData
 
     data = tmp_path / "shards"
@@ -290,6 +291,9 @@ def test_a_nan_on_one_rank_stops_every_rank_at_that_step(tmp_path, sharp_data):
     t = load_file(str(path))
     t["hidden_states"][int(t["offsets"][j]):int(t["offsets"][j + 1])] = float("nan")
     save_file(t, str(path))
+    m = read_manifest(data)  # as if extraction had written the NaNs (the sha256s verify)
+    m["shards"][k].update(bytes=path.stat().st_size, sha256=sha256_file(path))
+    write_manifest(data, m)
 
     out = tmp_path / "run"
     res = run_ranks({**_kw(sharp_data, out), "data": str(data)})

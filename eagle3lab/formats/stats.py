@@ -194,4 +194,3 @@ def summary_numbers(report: Report, *, coverage: dict[str, Any] | None = None,
         "tensors_differing_from_second": (len(differing_tensors(diff)) if diff is not None
                                           else None),
     }
-

@@ -359,4 +359,3 @@ def large_data_arm(large_data_drafter: str = "", *, study_dir: str | os.PathLike
                             "were extracted from: " + " ".join(misfit))
     row = large_data_row(path, study_dir, label=label, device=device, acceptance=acceptance)
     return LargeDataArm(label, path, row, data_scaling_table(study_dir, table, row))
-

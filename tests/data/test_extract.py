@@ -191,4 +191,3 @@ def test_summary_numbers_of_a_run_and_of_a_reused_one(tiny_target, tmp_path):
     again = run()
     assert again["reused"] is True and again["regenerate_tokens_per_s"] is None
     assert again["extract_tokens_per_s"] is None and again["tokens"] == first["tokens"]
-

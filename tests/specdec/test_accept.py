@@ -114,4 +114,3 @@ def test_speed_in_another_dtype_leaves_the_loaded_target(tiny_target, tiny_draft
     same = measure_speed(target=tiny_target, draft=str(tiny_draft), dtype="float32",
                          threads=1, limit=1, max_new_tokens=5, steps=2)
     assert same["target"] == tiny_target.describe()  # the loaded target itself
-

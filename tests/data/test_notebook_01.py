@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-NB = Path(__file__).resolve().parent.parent / "notebooks" / "01_extract.ipynb"
+NB = Path(__file__).resolve().parents[2] / "notebooks" / "01_extract.ipynb"
 
 
 @pytest.mark.real

@@ -231,3 +231,20 @@ def extract(
             "bytes": total["bytes"],
             "bytes_per_token": total["bytes"] / total["tokens"] if total["tokens"] else None}
 
+
+def summary_numbers(*, regenerated: dict[str, Any], extracted: dict[str, Any],
+                    capture_points: list[int]) -> dict[str, Any]:
+    """The extract notebook's key numbers for the batch report, from `regenerate`'s and
+    `extract`'s results: shard totals, this run's throughputs (regeneration's only when
+    this run generated tokens), bytes per token, the aux capture points, and whether both
+    stages were reused from an earlier run (then no throughput was measured here)."""
+    return {
+        "samples": extracted["samples"], "tokens": extracted["tokens"],
+        "shards": extracted["shards"],
+        "regenerate_tokens_per_s": (regenerated["tokens_per_s"] if regenerated["new_tokens"]
+                                    else None),
+        "extract_tokens_per_s": extracted["tokens_per_s"],
+        "bytes_per_token": extracted["bytes_per_token"],
+        "aux_capture_points": list(capture_points),
+        "reused": not (regenerated["new_tokens"] or extracted["new_tokens"]),
+    }

@@ -102,6 +102,23 @@ def diff_checkpoints(a: str | os.PathLike, b: str | os.PathLike) -> list[dict[st
         cb.close()
 
 
+def _rows(diff) -> list[dict[str, Any]]:
+    return diff.to_dict("records") if hasattr(diff, "to_dict") else list(diff)
+
+
+def differing_tensors(diff) -> list[str]:
+    """Tensors of both checkpoints whose values differ (`bit_equal` False), from
+    `diff_checkpoints` rows or a DataFrame of them; tensors of other shapes or in one
+    checkpoint only are not compared, so not listed."""
+    return [r["tensor"] for r in _rows(diff) if r.get("bit_equal") is not None
+            and not isinstance(r["bit_equal"], float) and not r["bit_equal"]]  # NaN: absent
+
+
+def tensors_in_one_only(diff) -> list[str]:
+    """Tensors only one of the two checkpoints has (names matched across formats)."""
+    return [r["tensor"] for r in _rows(diff) if not (r["in_a"] and r["in_b"])]
+
+
 def vocab_coverage(checkpoint: str | os.PathLike, counts) -> dict[str, Any]:
     """How much of the target's token mass (counts over the target vocab) the draft
     vocabulary covers, and the best any draft vocabulary of that size could cover.
@@ -160,3 +177,20 @@ def load_token_counts(path: str | os.PathLike):
     if p.suffix == ".pt":
         return torch.load(p, weights_only=True)
     return torch.tensor(json.loads(p.read_text()), dtype=torch.int64)
+
+
+def summary_numbers(report: Report, *, coverage: dict[str, Any] | None = None,
+                    diff=None) -> dict[str, Any]:
+    """The inspect notebook's key numbers for the batch report: engine, format, verdict,
+    finding counts by severity and their codes, checks skipped, and where measured the
+    draft vocabulary's coverage (`vocab_coverage`) and the tensors differing from the
+    second checkpoint (`diff_checkpoints`); None where not measured."""
+    return {
+        "engine": report.engine, "format": report.format, "ok": report.ok,
+        "findings": len(report.findings), "errors": len(report.errors()),
+        "warnings": sum(f.severity == "warning" for f in report.findings),
+        "codes": report.codes, "skipped_checks": len(report.skipped),
+        "vocab_coverage": coverage["coverage"] if coverage is not None else None,
+        "tensors_differing_from_second": (len(differing_tensors(diff)) if diff is not None
+                                          else None),
+    }

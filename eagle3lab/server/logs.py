@@ -292,3 +292,21 @@ def parse_now(text: str | None) -> dt.datetime:
         raise UserError(f"--now {text!r} is not an ISO time; write e.g. "
                         f"2025-01-01T12:00:00 (local time, as SGLang logs it).") from None
     return t.astimezone().replace(tzinfo=None) if t.tzinfo else t
+
+
+def decode_over_time(log_path: str | Path, arm: str):
+    """The server's `Decode batch` lines as a DataFrame, one row per line, with `t_s` in
+    seconds since the first one (so arms started at different times share an axis)."""
+    import pandas as pd
+
+    dec = analyse_log(log_path)["decode"]
+    df = pd.DataFrame(dec, columns=["time", "running_req", "accept_len", "accept_rate",
+                                    "gen_throughput", "token", "token_usage", "queue_req",
+                                    "graph", "line", "tags"])
+    df.insert(0, "arm", arm)
+    if len(df):
+        t = pd.to_datetime(df["time"])
+        df["t_s"] = (t - t.iloc[0]).dt.total_seconds()
+    else:
+        df["t_s"] = []
+    return df

@@ -172,6 +172,41 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
     return out
 
 
+def measure_chain_lengths(*, target: Any, arm: Arm, chain_lengths: list[int],
+                          **settings: Any) -> list[dict[str, Any]]:
+    """tau per chain length g: `arm` measured with chain drafting (top-k 1, g drafts per
+    verify step) once per distinct g, shortest first; `settings` as for
+    `measure_acceptance` (their steps/topk/draft_tokens are replaced). Each point:
+    {"steps": g, "tau", "conditional": per-position conditional acceptance}."""
+    points = []
+    for g in sorted(set(chain_lengths)):
+        r = measure_acceptance(target=target, arms=[arm], **{
+            **settings, "steps": g, "topk": 1, "draft_tokens": None}, progress=False)
+        st = r["arms"][0]["stats"]
+        points.append({"steps": g, "tau": st["tau"],
+                       "conditional": st["acceptance_conditional"]})
+    return points
+
+
+def measure_speed(*, target: Any, draft: str, dtype: str = "auto", threads: int = 1,
+                  source: str | os.PathLike | None = None,
+                  **settings: Any) -> dict[str, Any] | None:
+    """`draft` against plain decoding in this machine's fastest configuration: on a CPU
+    `dtype="auto"` is `fastest_cpu_dtype()` with `threads` torch threads, elsewhere the
+    loaded target's dtype; another dtype reloads the target from `source` (default: its
+    path). `dtype="none"` skips the measurement (None). `settings` as for
+    `measure_acceptance`."""
+    from eagle3lab.target.adapter import load_target
+
+    if dtype == "none":
+        return None
+    cpu, current = str(target.device) == "cpu", str(target.dtype).replace("torch.", "")
+    chosen = (fastest_cpu_dtype() if cpu else current) if dtype == "auto" else dtype
+    fast = target if chosen == current else load_target(source or target.path, dtype=chosen)
+    return measure_acceptance(target=fast, arms=[Arm("healthy", draft)], **settings,
+                              threads=threads if cpu else 0, progress=False)
+
+
 def summary_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per arm: tau, per-position acceptance, tokens/s and speedups."""
     rows = []

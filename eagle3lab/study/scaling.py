@@ -10,6 +10,7 @@ verdict sentence says so.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -300,3 +301,69 @@ def large_data_verdict(scaling, *, metric: str = "eval_full_acc_0") -> dict[str,
              + (f" ({'; '.join(recipe)})" if recipe else "")
              + ", so it shows what far more data buys, not which arm wins at a fixed budget.")
     return {"text": text, "metric": metric, **n}
+
+
+@dataclasses.dataclass
+class LargeDataArm:
+    """The large-data section of the study: the drafter evaluated, its row and the
+    data-scaling table, or why the section was skipped."""
+
+    label: str
+    path: str | None = None  # the drafter (None: none was chosen)
+    row: dict[str, Any] | None = None  # large_data_row (None: skipped)
+    scaling: Any = None  # data_scaling_table (None: skipped)
+    skip: str | None = None  # why it was skipped
+
+    def describe(self) -> str:
+        """What was evaluated (training data and compute, TTT depths), or why not."""
+        if self.skip:
+            return f"Large-data arm skipped: {self.skip}"
+        r = self.row
+        return (f"{self.label}: {self.path}, trained on {r['train_samples']:,} conversations "
+                f"({r['train_tokens']:,} tokens per pass) for {r['tokens_processed'] or 0:,} "
+                f"tokens with TTT {r['ttt_steps_trained']}; evaluated here at TTT "
+                f"{r['eval_ttt_steps']} on the study's held-out batches.")
+
+    def verdict(self) -> dict[str, Any]:
+        """`large_data_verdict` of the scaling table, or the reason it was skipped."""
+        if self.scaling is None:
+            return {"text": f"Skipped: {self.skip}"}
+        return large_data_verdict(self.scaling)
+
+    def summary_numbers(self) -> dict[str, Any]:
+        """The large-data arm's key numbers for the batch report (None where skipped)."""
+        lv, r = self.verdict(), self.row
+        return {
+            "large_data_drafter": self.path if r else None, "large_data_verdict": lv["text"],
+            "large_data_full_acc_0": lv.get("large"), "best_arm_full_acc_0": lv.get("arm"),
+            "large_data_sim_accept_len": lv.get("large_sim_accept_len"),
+            "best_arm_sim_accept_len": lv.get("arm_sim_accept_len"),
+            "large_data_accept_len": lv.get("large_accept_len"),
+            "large_data_train_tokens": r["train_tokens"] if r else None,
+            "large_data_tokens_processed": r["tokens_processed"] if r else None,
+            "large_data_ratio": lv.get("data_ratio"),
+            "large_compute_ratio": lv.get("compute_ratio"),
+        }
+
+
+def large_data_arm(large_data_drafter: str = "", *, study_dir: str | os.PathLike, table,
+                   data: str | os.PathLike, label: str = "large-data (GPU)",
+                   device: str = "auto",
+                   acceptance: Callable[..., float] | None = None) -> LargeDataArm:
+    """Evaluate `large_data_drafter` ("": the shipped default drafter; "none": skip) next
+    to the study's runs (`table` from `compare_at_equal_compute`), unless the checkpoint
+    doctor finds it does not fit the target the shards in `data` came from: then the arm
+    is skipped and `skip` names the misfit (e.g. demo shards from a tiny test target,
+    hidden 64, vs the shipped drafter's 576)."""
+    from eagle3lab.workdir import default_drafter
+
+    if large_data_drafter == "none":
+        return LargeDataArm(label, skip="large_data_drafter is 'none'")
+    path = large_data_drafter or default_drafter()
+    if path is None:
+        return LargeDataArm(label, skip="no shipped drafter was found for the default target")
+    if misfit := drafter_misfit(path, data=data):
+        return LargeDataArm(label, path, skip=f"{path} does not fit the target these shards "
+                            "were extracted from: " + " ".join(misfit))
+    row = large_data_row(path, study_dir, label=label, device=device, acceptance=acceptance)
+    return LargeDataArm(label, path, row, data_scaling_table(study_dir, table, row))

@@ -251,6 +251,39 @@ def verdict(table, *, metric: str = "eval_loss_mean", level: float | None = None
             "metric": metric, "level": level}
 
 
+def verdict_report(table, *, metric: str = "eval_loss_mean") -> str:
+    """The study's verdicts as text: on `metric` at the largest compute level, then at each
+    smaller one, on position-0 accuracy, and on the measured accept length when the table
+    has it."""
+    parts = [verdict(table, metric=metric)["text"]]
+    levels = sorted(table["multiplier"].unique()) if len(table) else []
+    parts += [f"At {m:g}x the budget: " + verdict(table, metric=metric, level=m)["text"]
+              for m in levels[:-1]]
+    parts.append("On position-0 accuracy: " + verdict(table, metric="eval_full_acc_0")["text"])
+    if "accept_len" in table.columns:
+        parts.append("On measured accept length: " + verdict(table, metric="accept_len")["text"])
+    return "\n\n".join(parts)
+
+
+def summary_numbers(table, *, metric: str = "eval_loss_mean", tokens_per_run: int,
+                    large=None) -> dict[str, Any]:
+    """The study notebook's key numbers for the batch report: the verdict on `metric` at
+    the largest compute level (text, winning arm, decisive or not, gap, seed spread), the
+    runs compared, the tokens each processed, and with `large` (a
+    `scaling.LargeDataArm`) the large-data arm's numbers."""
+    v = verdict(table, metric=metric)
+    w = v.get("winner")
+    return {
+        "verdict": v["text"],
+        "winning_arm": f"data fraction {w[0]:g}, weight decay {w[1]:g}" if w else None,
+        "decisive": v.get("decisive"), "metric": metric, "gap": v.get("gap"),
+        "seed_spread": v.get("spread"),
+        "runs": int(table["run"].nunique()) if len(table) else 0,
+        "tokens_per_run": tokens_per_run,
+        **(large.summary_numbers() if large is not None else {}),
+    }
+
+
 def demo_data(out: str | os.PathLike, *, target: str | None = None, n_train: int = 48,
               n_eval: int = 12, draft_vocab_size: int = 256, seed: int = 0) -> dict[str, str]:
     """Tiny synthetic train/eval shards (random-word conversations through `target`,

@@ -7,7 +7,7 @@ import torch
 
 from testutil import write_conversations
 from eagle3lab.errors import UserError
-from eagle3lab.data.extract import extract
+from eagle3lab.data.extract import extract, summary_numbers
 from eagle3lab.data.shards import MANIFEST, ShardSet
 
 
@@ -166,3 +166,28 @@ def test_real_target_interrupted_resume_is_identical(default_target_dir, tmp_pat
     assert m["aux_layers"]["capture_points"] == [2, 15, 27]
     assert m["dtype"] == "bfloat16"
     assert m["totals"]["bytes"] / m["totals"]["tokens"] < (4 * 576 * 2 + 5) * 1.1
+
+
+def test_summary_numbers_of_a_run_and_of_a_reused_one(tiny_target, tmp_path):
+    """The notebook's flow: regenerate held-out answers, extract them; run again: reused."""
+    from eagle3lab.data.regenerate import regenerate
+
+    def run():
+        regen = regenerate(target=tiny_target, prompts="eval", out=tmp_path / "r.jsonl",
+                           limit=3, max_new_tokens=4, batch_size=3, progress=False)
+        ext = extract(conversations=tmp_path / "r.jsonl", out=tmp_path / "s",
+                      target=tiny_target, samples_per_shard=2, progress=False)
+        return summary_numbers(regenerated=regen, extracted=ext,
+                               capture_points=tiny_target.aux_layers().capture_points)
+
+    first = run()
+    manifest = json.loads((tmp_path / "s" / MANIFEST).read_text())
+    assert (first["samples"], first["shards"]) == (3, 2)
+    assert first["tokens"] == manifest["totals"]["tokens"]
+    assert first["bytes_per_token"] == manifest["totals"]["bytes"] / manifest["totals"]["tokens"]
+    assert first["regenerate_tokens_per_s"] > 0 and first["extract_tokens_per_s"] > 0
+    assert first["aux_capture_points"] == list(tiny_target.aux_layers().capture_points)
+    assert first["reused"] is False
+    again = run()
+    assert again["reused"] is True and again["regenerate_tokens_per_s"] is None
+    assert again["extract_tokens_per_s"] is None and again["tokens"] == first["tokens"]

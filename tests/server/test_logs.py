@@ -7,7 +7,8 @@ import json
 import pytest
 
 from eagle3lab.cli import main
-from eagle3lab.server.logs import LogAnalyzer, LogFollower, analyse_log, parse_decode, parse_line
+from eagle3lab.server.logs import (LogAnalyzer, LogFollower, analyse_log, decode_over_time,
+                                   parse_decode, parse_line)
 
 # Formats: python/sglang/srt/utils/common.py (configure_logger), managers/
 # scheduler_metrics_mixin.py (Decode batch), model_executor/model_runner.py, http_server.py.
@@ -173,3 +174,24 @@ def test_logs_command_json_and_exit_codes(tmp_path, capsys):
     assert main(["logs", str(tmp_path / "missing.log")]) == 2
     assert main(["logs", str(ok), "--now", "yesterday"]) == 1
     assert "ISO" in capsys.readouterr().err
+
+
+def test_decode_over_time(tmp_path):
+    log = tmp_path / "s.log"
+    log.write_text(
+        "[2025-01-01 12:00:30 TP0] Decode batch, #running-req: 1, #token: 300, token usage: "
+        "0.00, accept len: 3.21, accept rate: 0.55, cuda graph: True, gen throughput "
+        "(token/s): 312.45, #queue-req: 0, \n"
+        "[2025-01-01 12:00:34 TP0] Decode batch, #running-req: 1, #token: 340, token usage: "
+        "0.00, accept len: 2.00, cuda graph: True, gen throughput (token/s): 200.00, "
+        "#queue-req: 0\n")
+    df = decode_over_time(log, "eagle3")
+    assert list(df["t_s"]) == [0.0, 4.0] and list(df["accept_len"]) == [3.21, 2.0]
+    assert list(df["arm"]) == ["eagle3", "eagle3"]
+
+
+def test_decode_over_time_of_a_log_without_decode_lines(tmp_path):
+    log = tmp_path / "b.log"
+    log.write_text("[2025-01-01 12:00:00] The server is fired up and ready to roll!\n")
+    df = decode_over_time(log, "baseline")
+    assert len(df) == 0 and "t_s" in df.columns and "accept_len" in df.columns

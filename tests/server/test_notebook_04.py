@@ -52,13 +52,3 @@ def test_notebook_04_runs_under_papermill(tmp_path, default_target_dir, untraine
     codes = {f["code"] for f in bench["findings"]["speculative"]}
     assert "acceptance-collapse" in codes  # an untrained drafter is never accepted
     assert "no-speculation" in {f["code"] for f in bench["findings"]["baseline"]}
-
-
-def test_without_a_draft_only_the_baseline_runs():
-    from eagle3lab.server.bench import plan_arms
-
-    arms, notes = plan_arms(engine="reference", target="smollm2-135m-instruct", draft=None)
-    assert list(arms) == ["baseline"] and "speculative arm is skipped" in notes[0]
-    arms, notes = plan_arms(engine="sglang", target="/m", draft="/d", steps=4)
-    assert list(arms) == ["baseline", "speculative"] and notes == []
-    assert arms["speculative"].effective_draft_tokens == 5 and arms["baseline"].draft is None

@@ -4,9 +4,10 @@ by the watchdog, the benchmark client, SGLang-format logs, a clean stop, no orph
 import pytest
 
 from eagle3lab.server import process
-from eagle3lab.server.bench import build_requests, http_json, run_requests, server_info
+from eagle3lab.server.client import http_json, server_info
 from eagle3lab.server.launch import LaunchConfig, start
 from eagle3lab.server.logs import analyse_log
+from eagle3lab.server.workload import build_requests, run_requests
 
 
 @pytest.mark.real

@@ -6,15 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lab.specdec.accept import Arm, measure_acceptance, prompt_ids, summary_rows
+from eagle3lab.specdec.accept import (Arm, measure_acceptance, measure_chain_lengths,
+                                      measure_speed, prompt_ids, summary_rows)
 from eagle3lab.errors import UserError
-from eagle3lab.formats.demo import make_speculators_draft
-
-
-@pytest.fixture(scope="module")
-def tiny_draft(tmp_path_factory, tiny_target_dir):
-    return make_speculators_draft(tmp_path_factory.mktemp("d") / "draft",
-                                  target=tiny_target_dir, draft_vocab=512)
 
 
 def test_measure_acceptance_counts(tiny_target, tiny_draft):
@@ -110,3 +104,32 @@ def test_cli_accept_uses_the_default_drafter(default_target_dir, capsys):
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["arms"][0]["draft"] == default_drafter() and out["arms"][0]["matches_plain"] == 1
+
+
+def test_chain_lengths_are_measured_as_chains(tiny_target, tiny_draft):
+    from eagle3lab.specdec.readout import chain_fit
+    from eagle3lab.specdec.stats import chain_expected_tau
+
+    points = measure_chain_lengths(target=tiny_target, arm=Arm("a", str(tiny_draft)),
+                                   chain_lengths=[2, 1, 2], limit=1, max_new_tokens=6,
+                                   steps=5, topk=3, draft_tokens=9)
+    assert [p["steps"] for p in points] == [1, 2]  # distinct, shortest first
+    assert [len(p["conditional"]) for p in points] == [1, 2]  # chains: g positions
+    assert all(1.0 <= p["tau"] <= p["steps"] + 1 for p in points)
+    a = chain_fit(points)
+    assert 0.0 <= a <= 1.0 and 1.0 <= chain_expected_tau(a, 2) <= 3.0
+
+
+def test_speed_in_another_dtype_leaves_the_loaded_target(tiny_target, tiny_draft):
+    from eagle3lab.specdec.readout import speed_text
+
+    assert measure_speed(target=tiny_target, draft=str(tiny_draft), dtype="none") is None
+    speed = measure_speed(target=tiny_target, draft=str(tiny_draft), dtype="bfloat16",
+                          threads=1, limit=1, max_new_tokens=5, steps=2)
+    assert speed["settings"]["dtype"] == "bfloat16" and speed["settings"]["threads"] == 1
+    assert str(tiny_target.dtype) == "torch.float32"  # reloaded, not converted in place
+    assert [a["name"] for a in speed["arms"]] == ["healthy"] and speed["requests"] == 1
+    assert speed_text(speed).startswith("bfloat16, 1 thread(s), 1 prompts x 5 tokens, S=2: ")
+    same = measure_speed(target=tiny_target, draft=str(tiny_draft), dtype="float32",
+                         threads=1, limit=1, max_new_tokens=5, steps=2)
+    assert same["target"] == tiny_target.describe()  # the loaded target itself

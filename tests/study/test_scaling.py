@@ -148,6 +148,24 @@ def test_large_data_row_table_verdict_and_plots(real_study, real_data, sharp_dat
     assert fig.axes[0].get_xscale() == "log"
 
 
+def test_large_data_arm_defaults_to_the_shipped_drafter(real_study, real_data):
+    from eagle3lab.study.scaling import LARGE_KIND, large_data_arm
+    from eagle3lab.study.sweep import compare_at_equal_compute
+
+    table = compare_at_equal_compute(real_study)
+    arm = large_data_arm("", study_dir=real_study, table=table, data=real_data["eval"],
+                         label="big", device="cpu")
+    assert arm.skip is None and arm.path == str(DRAFTER)
+    assert (arm.scaling["kind"] == LARGE_KIND).sum() == 1 and arm.scaling.iloc[-1]["run"] == "big"
+    assert arm.describe().startswith(
+        f"big: {DRAFTER}, trained on {arm.row['train_samples']:,} conversations")
+    n = arm.summary_numbers()
+    assert n["large_data_drafter"] == str(DRAFTER)
+    assert n["large_data_train_tokens"] == arm.row["train_tokens"]
+    assert n["large_data_full_acc_0"] == pytest.approx(arm.row["eval_full_acc_0"])
+    assert "NOT an equal-compute comparison" in n["large_data_verdict"]
+
+
 @pytest.mark.slow
 def test_notebook_06_real_shards_runs_the_large_data_section(real_study, real_data, tmp_path):
     """Real mode (explicit shards): the study's runs are found finished, and the new section

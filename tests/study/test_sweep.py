@@ -10,7 +10,8 @@ import pytest
 
 from eagle3lab.errors import UserError
 from eagle3lab.study.sweep import (StudyConfig, compare_at_equal_compute, full_epoch_tokens,
-                             plan_study, run_study, verdict)
+                                   plan_study, run_study, summary_numbers, verdict,
+                                   verdict_report)
 
 TRAIN = dict(max_tokens_per_batch=512, lr=1e-3, eval_every=0, eval_at_start=False)
 
@@ -107,6 +108,67 @@ def test_verdict_arithmetic_on_a_known_table():
     assert "more data (data fraction 1" in v["text"] and "20.0% lower" in v["text"]
     tie = pd.DataFrame(rows).assign(eval_loss_mean=lambda d: 2.0 + d["seed"] * 0.3)
     assert verdict(tie)["decisive"] is False and "tie within seed noise" in verdict(tie)["text"]
+
+
+def _known_table():
+    rows = []
+    for m, scale in ((0.5, 1.2), (1.0, 1.0)):
+        for f, base, acc in ((1.0, 2.0, 0.4), (0.25, 2.5, 0.3)):
+            for seed, noise in ((0, -0.05), (1, 0.05)):
+                rows.append({"run": f"frac{f:g}-seed{seed}", "data_fraction": f,
+                             "weight_decay": 0.01, "seed": seed, "multiplier": m,
+                             "budget_tokens": int(1000 * m), "eval_loss_mean": scale * base
+                             + noise, "eval_full_acc_0": acc + noise, "accept_len": 1 + acc})
+    return pd.DataFrame(rows)
+
+
+def test_verdict_report_covers_every_level_and_metric():
+    table = _known_table()
+    parts = verdict_report(table).split("\n\n")
+    assert parts[0] == verdict(table)["text"]
+    assert parts[1] == "At 0.5x the budget: " + verdict(table, level=0.5)["text"]
+    assert parts[2] == ("On position-0 accuracy: "
+                        + verdict(table, metric="eval_full_acc_0")["text"])
+    assert parts[3] == "On measured accept length: " + verdict(table, metric="accept_len")["text"]
+    assert len(parts) == 4
+    no_accept = verdict_report(table.drop(columns="accept_len"))
+    assert "On measured accept length" not in no_accept
+    empty = verdict_report(pd.DataFrame())  # no finished evaluation yet: no KeyError
+    assert empty.startswith("No finished evaluations to compare yet.")
+
+
+def test_summary_numbers_of_the_study_and_a_skipped_large_data_arm():
+    from eagle3lab.study.scaling import LargeDataArm
+
+    table = _known_table()
+    skipped = LargeDataArm("large-data (GPU)", skip="large_data_drafter is 'none'")
+    n = summary_numbers(table, metric="eval_loss_mean", tokens_per_run=1000, large=skipped)
+    v = verdict(table)
+    assert n["verdict"] == v["text"] and n["winning_arm"] == "data fraction 1, weight decay 0.01"
+    assert n["decisive"] is True and n["gap"] == v["gap"] and n["seed_spread"] == v["spread"]
+    assert (n["metric"], n["runs"], n["tokens_per_run"]) == ("eval_loss_mean", 4, 1000)
+    assert n["large_data_verdict"] == "Skipped: large_data_drafter is 'none'"
+    assert n["large_data_drafter"] is None and n["large_data_ratio"] is None
+    assert list(n)[:8] == ["verdict", "winning_arm", "decisive", "metric", "gap",
+                           "seed_spread", "runs", "tokens_per_run"]
+    assert list(n)[8:] == list(skipped.summary_numbers())
+    empty = summary_numbers(pd.DataFrame(), tokens_per_run=0)
+    assert empty["runs"] == 0 and empty["winning_arm"] is None and "large_data_verdict" not in empty
+
+
+def test_large_data_arm_skips_saying_why(tmp_path, sharp_data):
+    from eagle3lab.study.scaling import large_data_arm
+
+    none = large_data_arm("none", study_dir=tmp_path, table=pd.DataFrame(),
+                          data=sharp_data["eval"])
+    assert none.describe() == "Large-data arm skipped: large_data_drafter is 'none'"
+    assert none.path is None and none.scaling is None
+    # The shipped drafter (hidden 576) does not fit the tiny target the shards came from.
+    misfit = large_data_arm("", study_dir=tmp_path, table=pd.DataFrame(),
+                            data=sharp_data["eval"])
+    assert misfit.path and misfit.row is None and "[hidden-size]" in misfit.skip
+    assert misfit.verdict() == {"text": f"Skipped: {misfit.skip}"}
+    assert misfit.summary_numbers()["large_data_drafter"] is None
 
 
 def test_large_data_eval_uses_the_runs_held_out_samples(tmp_path, sharp_data):

@@ -1,0 +1,45 @@
+"""The arms of an offline acceptance comparison: distinct drafters, the default drafter
+when none is given (an untrained one, with a note, when there is none), and failure arms
+built from the first drafter."""
+
+from pathlib import Path
+
+from eagle3lab.formats.reader import Checkpoint
+from eagle3lab.specdec.accept import default_drafter
+from eagle3lab.specdec.arms import DROPPED_KEYS_ARM, LAST_LAYER_ARM, acceptance_arms
+
+
+def test_given_drafters_are_measured_once_each_and_named_by_path(tmp_path):
+    a, b = str(tmp_path / "runs" / "a"), str(tmp_path / "runs" / "b")
+    plan = acceptance_arms(drafts=[a, Path(a), b], target="unused", workdir=tmp_path / "w",
+                           compare_failures=False)
+    assert plan.drafts == [a, b] and plan.healthy == 2 and plan.notes == []
+    assert [(x.name, x.draft, x.features, x.load_as) for x in plan.arms] == [
+        ("runs/a", a, "fused", None), ("runs/b", b, "fused", None)]
+    assert not (tmp_path / "w").exists()  # nothing built
+
+
+def test_no_drafter_given_means_the_default_one(tmp_path):
+    plan = acceptance_arms(drafts=[], target="smollm2-135m-instruct", workdir=tmp_path,
+                           compare_failures=False)
+    assert plan.drafts == [default_drafter("smollm2-135m-instruct")]
+    assert [a.name for a in plan.arms] == ["healthy"] and plan.notes == []
+
+
+def test_untrained_fallback_and_failure_arms_from_the_same_drafter(tmp_path, tiny_target_dir):
+    plan = acceptance_arms(drafts=[], target=str(tiny_target_dir), workdir=tmp_path)
+    assert plan.drafts == [str(tmp_path / "untrained")] and plan.healthy == 1
+    assert "UNTRAINED" in plan.notes[0] and "tau ~1.0" in plan.notes[0]
+    healthy, last, dropped = plan.arms
+    assert (healthy.name, healthy.features) == ("healthy", "fused")
+    assert (last.name, last.draft, last.features) == (LAST_LAYER_ARM, healthy.draft,
+                                                       "last_layer")
+    assert (dropped.name, dropped.draft, dropped.load_as) == (
+        DROPPED_KEYS_ARM, str(tmp_path / "keys-mismatch"), "sglang")
+    ck = Checkpoint(dropped.draft)  # an SGLang config over speculators' decoder keys
+    try:
+        assert any(k.startswith("layers.0.") for k in ck.tensors)
+        assert not any(k.startswith("midlayer.") for k in ck.tensors)
+        assert ck.config["architectures"] == ["LlamaForCausalLMEagle3"]
+    finally:
+        ck.close()

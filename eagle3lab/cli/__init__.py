@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as e:
-        print(f"eagle3lab {args.command}: error: {e}", file=sys.stderr)
+        if not getattr(e, "from_main", False):  # (under torchrun: rank 0's, printed there)
+            print(f"eagle3lab {args.command}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"eagle3lab {args.command}: interrupted; completed work is kept and a re-run "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from eagle3lab.cli.extract import add_scale_options
 from eagle3lab.config import DEFAULT_TARGET
 
 
@@ -14,7 +15,9 @@ def add_parser(sub) -> None:
         "greedy (temperature 0) or sampled with a seed. Writes one JSONL record per prompt "
         "(prompt, response, token ids, assistant-only loss mask) to --out, plus "
         "OUT.meta.json with the parameters. Re-running continues where it stopped and never "
-        "answers a prompt twice.",
+        "answers a prompt twice. Under torchrun (torchrun --nproc-per-node N -m eagle3lab "
+        "regenerate ...) the batches are dealt to the ranks and rank 0 merges their answers "
+        "into --out in the prompts' order.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--target", default=DEFAULT_TARGET,
                    help="preset name, Hugging Face model directory, or hub id")
@@ -32,11 +35,13 @@ def add_parser(sub) -> None:
     p.add_argument("--system-prompt", default=None, help="system message (default: template's)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--dtype", default="float32", help="model dtype (bfloat16 on GPUs)")
+    add_scale_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from eagle3lab.data.distributed import detect
     from eagle3lab.data.regenerate import regenerate
 
     s = regenerate(target=args.target, prompts=args.prompts, out=args.out, limit=args.limit,
@@ -44,7 +49,10 @@ def run(args) -> int:
                    temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                    system_prompt=args.system_prompt, samples=args.samples,
                    device=args.device, dtype=args.dtype,
-                   progress=not args.no_progress)
+                   progress=not args.no_progress, device_map=args.device_map,
+                   dist_timeout=args.dist_timeout)
+    if not detect().main:  # rank 0 reports for all ranks
+        return 0
     print(f"{s['out']}: {s['records']} records ({s['new_records']} new, {s['new_tokens']} new "
           f"tokens, {s['tokens_per_s'] or 0:.1f} tok/s)")
     return 0

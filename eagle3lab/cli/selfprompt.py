@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from eagle3lab.cli.extract import add_scale_options
 from eagle3lab.config import DEFAULT_TARGET
 
 
@@ -20,13 +21,17 @@ def add_parser(sub) -> None:
         "Writes a prompts JSONL (id, prompt, category, batch, seed) to --out and "
         "OUT.meta.json with the parameters and the raw count of each drop reason. "
         "Re-running continues at the next batch and never repeats an id (raise --n to "
-        "extend a file); other parameters are refused.",
+        "extend a file); other parameters are refused. Under torchrun (torchrun "
+        "--nproc-per-node N -m eagle3lab self-prompt ...) each rank samples its own batches "
+        "and rank 0 writes what one process would.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--target", default=DEFAULT_TARGET,
                    help="preset name, Hugging Face model directory, or hub id (needs a chat "
                    "template)")
     p.add_argument("--out", required=True, help="output prompts JSONL (appended to on resume)")
-    p.add_argument("--n", type=int, default=1000, help="prompts to keep in --out in all")
+    p.add_argument("--n", "--num-prompts", dest="n", type=int, default=1000,
+                   help="prompts to keep in --out in all (under torchrun write --num-prompts: "
+                   "torchrun takes --n for an abbreviation of its own options)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0)")
     p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling")
     p.add_argument("--max-new-tokens", type=int, default=96,
@@ -43,11 +48,13 @@ def add_parser(sub) -> None:
                    "(None: enough for --n at a 25%% keep rate)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--dtype", default="float32", help="model dtype (bfloat16 on GPUs)")
+    add_scale_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from eagle3lab.data.distributed import detect
     from eagle3lab.data.selfprompt import DROP_REASONS, synthesize_prompts
 
     s = synthesize_prompts(
@@ -56,7 +63,10 @@ def run(args) -> int:
         seed=args.seed, min_words=args.min_words,
         exclude=None if args.exclude.lower() == "none" else args.exclude,
         system_prompt=args.system_prompt, max_batches=args.max_batches, device=args.device,
-        dtype=args.dtype, progress=not args.no_progress)
+        dtype=args.dtype, progress=not args.no_progress, device_map=args.device_map,
+        dist_timeout=args.dist_timeout)
+    if not detect().main:  # rank 0 reports for all ranks
+        return 0
     c = s["counts"]
     drops = ", ".join(f"{r} {c[r]}" for r in DROP_REASONS)
     print(f"{s['out']}: {s['prompts']} prompts after {s['batches']} batches (kept "

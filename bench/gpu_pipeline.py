@@ -15,6 +15,11 @@ stopped (so a run can be spread over several time-limited calls: `--stage data`,
     python -P bench/gpu_pipeline.py --out /tmp/gpu-run --stage train --epochs 8 \
         [--train-name lmhead --train-lm-head]
 
+With more than one GPU visible, every GPU is used (`--nproc`, default: all of them): the
+data stages run again under torchrun (`--stage data` on every rank: each answers, samples
+and extracts its share; rank 0 merges), and training runs as `torchrun -m eagle3lab train`
+when `eagle3lab train` trains on many ranks (else on one GPU, saying so).
+
 On a CPU, tiny sizes check the code path:
     python -P bench/gpu_pipeline.py --out /tmp/gp --device cpu --limit 4 --samples 2 \
         --self-prompts 4 --self-prompt-batch 8 --max-new-tokens 16 --epochs 1 --eval-limit 2
@@ -24,8 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+SCRIPT = Path(__file__).resolve()
 
 
 def accept_stage(*, drafter: Path, dst: Path, target: str, device: str, dtype: str,
@@ -49,6 +58,29 @@ def accept_stage(*, drafter: Path, dst: Path, target: str, device: str, dtype: s
         row[f"same_as_plain_{s}_steps"] = f"{a['matches_plain']}/{r['requests']}"
     atomic_write_json(dst, results)
     return {"out": str(dst), **row}
+
+
+def torchrun(nproc: int, *args: str) -> None:
+    """Run `args` (a script and its options, or -m MODULE ...) on nproc ranks of this node."""
+    lead = ["-m"] if args[0] == "-m" else []  # "--": the rest is not torchrun's options
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", str(nproc), *lead, "--", *args[len(lead):]]
+    print(f"$ torchrun --standalone --nproc-per-node {nproc} {' '.join(args)}", flush=True)
+    rc = subprocess.run(cmd).returncode
+    if rc != 0:
+        raise SystemExit(f"gpu_pipeline: `{' '.join(args[:3])} ...` on {nproc} ranks failed "
+                         f"(exit {rc}); its output is above. Re-running resumes.")
+
+
+def train_on_ranks(cfg, nproc: int) -> dict:
+    """`torchrun -m eagle3lab train --config CFG` (the same TrainConfig); its summary."""
+    from eagle3lab.fsutil import atomic_write_json
+    from eagle3lab.train import read_run
+
+    path = Path(cfg.out).with_name(Path(cfg.out).name + "-config.json")
+    atomic_write_json(path, cfg.model_dump())
+    torchrun(nproc, "-m", "eagle3lab", "train", "--config", str(path))
+    return read_run(Path(cfg.out))["summary"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttt-steps", type=int, default=5)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--max-tokens-per-batch", type=int, default=16384)
+    ap.add_argument("--nproc", type=int, default=None,
+                    help="ranks (GPUs) of the data stages and of training, through torchrun "
+                    "when > 1 (default: every visible GPU; 1 on a CPU)")
     args = ap.parse_args(argv)
     if args.stage in ("all", "data") and not (args.self_prompts or args.greedy_train
                                               or args.samples):
@@ -94,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from eagle3lab.data import distributed
     from eagle3lab.data.extract import extract
     from eagle3lab.data.prompts import concat_jsonl
     from eagle3lab.data.regenerate import regenerate
@@ -108,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     dev = resolve_device(args.device)
     cuda = dev.startswith("cuda")
     dtype = "bfloat16" if cuda else "float32"
-    summary: dict = {"args": vars(args), "device": dev,
+    ranks = distributed.detect()
+    nproc = args.nproc or (torch.cuda.device_count() if cuda else 1)
+    summary: dict = {"args": vars(args), "device": dev, "ranks": ranks.world_size,
                      "gpu": torch.cuda.get_device_name(0) if cuda else None, "stages": {}}
     t_all = time.time()
 
@@ -118,12 +156,22 @@ def main(argv: list[str] | None = None) -> int:
         r = dict(r) if isinstance(r, dict) else {"result": r}
         r["wall_s"] = round(time.time() - t0, 2)
         summary["stages"][name] = r
-        print(f"[{name}] {json.dumps({k: v for k, v in r.items() if not isinstance(v, (list, dict))}, default=str)}",
-              flush=True)
+        if ranks.main:
+            print(f"[{name}] {json.dumps({k: v for k, v in r.items() if not isinstance(v, (list, dict))}, default=str)}",
+                  flush=True)
         return r
 
-    if args.stage in ("all", "data"):
-        tgt = load_target(args.target, device=dev, dtype=dtype)
+    if args.stage in ("all", "data") and nproc > 1 and not ranks.many:
+        # every GPU: the data stages again, on nproc ranks (this script under torchrun)
+        data_args = list(argv if argv is not None else sys.argv[1:]) + ["--stage", "data"]
+        torchrun(nproc, str(SCRIPT), *data_args)
+        data_summary = wd.root / f"summary-data-{args.train_name}.json"
+        summary["stages"].update(json.loads(data_summary.read_text())["stages"])
+    elif args.stage in ("all", "data"):
+        session = distributed.session(cuda=cuda)  # under torchrun: one process group
+        session.__enter__()  # for every data stage (left after the last)
+        tgt = load_target(args.target, device=distributed.rank_device(dev, ranks),
+                          dtype=dtype)
         parts = []
         if args.self_prompts:
             stage("self_prompt", lambda: synthesize_prompts(
@@ -148,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                 seed=args.seed, max_new_tokens=args.max_new_tokens,
                 batch_size=args.batch_size, progress=False))
             parts.append(wd.responses("train_sampled"))
-        stage("concat", lambda: concat_jsonl(parts, wd.responses_train))
+        stage("concat", lambda: distributed.on_main(
+            lambda: concat_jsonl(parts, wd.responses_train)))
         stage("regenerate_eval", lambda: regenerate(
             target=tgt, prompts="eval", out=wd.responses_eval,
             limit=args.eval_limit, max_new_tokens=args.max_new_tokens,
@@ -158,11 +207,12 @@ def main(argv: list[str] | None = None) -> int:
                 conversations=wd.responses(split), out=wd.shards(split),
                 target=tgt, samples_per_shard=1024, max_tokens_per_batch=65536,
                 progress=False))
-        stage("vocab", lambda: build_shard_vocab(data=wd.shards_train,
-                                                 draft_vocab_size=args.draft_vocab_size))
+        stage("vocab", lambda: distributed.on_main(lambda: build_shard_vocab(
+            data=wd.shards_train, draft_vocab_size=args.draft_vocab_size)))
         del tgt
         if cuda:
             torch.cuda.empty_cache()
+        session.__exit__(None, None, None)
     if args.stage in ("all", "train"):
         run = wd.run(args.train_name)
         cfg = TrainConfig(data=str(wd.shards_train), eval_data=str(wd.shards_eval),
@@ -174,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                           train_lm_head=args.train_lm_head,
                           ttt_step_loss_decay=args.ttt_decay,
                           checkpoint_every=args.checkpoint_every)
-        stage("train", lambda: train_run(cfg))
+        many = nproc > 1
+        stage("train", lambda: train_on_ranks(cfg, nproc) if many else train_run(cfg))
         stage("pack", lambda: pack_drafter(wd.final_of(args.train_name),
                                            wd.packed(args.train_name)))
         if args.accept_limit:
@@ -184,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                 dtype=dtype, limit=args.accept_limit, max_new_tokens=args.accept_tokens,
                 steps=args.ttt_steps))
     summary["wall_s"] = round(time.time() - t_all, 2)
+    if not ranks.main:
+        return 0
     summary_path = wd.root / f"summary-{args.stage}-{args.train_name}.json"
     summary_path.write_text(json.dumps(summary, indent=2, default=str))
     print(f"wall time {summary['wall_s']} s; summary in {summary_path}")

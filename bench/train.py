@@ -119,18 +119,26 @@ def flops_per_token(info: dict, layer_cfg: dict, ttt: int, mean_doc_len: float) 
 
 def bench_ours(data: Path, out: Path, *, steps: int, warmup: int, max_tokens: int, ttt: int,
                device: str, attn: str) -> dict:
-    from eagle3lab.train.metrics import read_metrics
     from eagle3lab.train import read_run, train
 
     train(data=str(data), out=str(out), max_steps=steps + warmup, epochs=1000,
           max_tokens_per_batch=max_tokens, ttt_steps=ttt, eval_every=0, eval_at_start=False,
           eval_fraction=0.05, device=device, progress=False, schedule="constant",
           pad_batches=device.startswith("cuda"), draft_attn=attn)
+    return {**steady_rate(out, warmup), "info": read_run(out)}
+
+
+def steady_rate(out: Path, warmup: int) -> dict:
+    """tokens/s of a run from its metrics.jsonl, after `warmup` steps (steady state), and
+    the tokens per step."""
+    from eagle3lab.train.metrics import read_metrics
+
     df = read_metrics(out)
     df = df[df["train_loss_0"].notna()].reset_index(drop=True)
     a, b = df.iloc[warmup - 1], df.iloc[-1]
+    steps = int(b["step"] - a["step"])
     return {"tokens_per_s": (b["tokens"] - a["tokens"]) / (b["wall_s"] - a["wall_s"]),
-            "steps": int(b["step"] - a["step"]), "info": read_run(out)}
+            "steps": steps, "tokens_per_step": (b["tokens"] - a["tokens"]) / max(steps, 1)}
 
 
 def bench_speculators(data: Path, *, steps: int, warmup: int, max_tokens: int, ttt: int,

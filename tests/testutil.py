@@ -50,3 +50,24 @@ def write_conversations(path: Path, tokenizer, n: int = 10, seed: int = 0) -> Pa
                                       "stop", None)
             f.write(json.dumps(rec) + "\n")
     return path
+
+
+def torchrun(nproc: int, *args, module: str | None = "eagle3lab", timeout: float = 600):
+    """`python -m torch.distributed.run --nproc-per-node N --master-port FREE -m eagle3lab
+    ARGS` (module None: ARGS start with a script) on the CPU (gloo; one OpenMP thread per
+    rank); the finished process, checked."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+           "--master-port", str(port), *(["-m", "--", module] if module else ["--"]),
+           *map(str, args)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"})
+    assert r.returncode == 0, f"{cmd}\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
+    return r

@@ -39,9 +39,10 @@ def target_option(note: str = "") -> argparse.ArgumentParser:
                    help=TARGET_HELP + (f" ({note})" if note else ""))
 
 
-def device_option() -> argparse.ArgumentParser:
+def device_option(note: str = "") -> argparse.ArgumentParser:
     """--device: where the model runs."""
-    return _parent("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    return _parent("--device", default="auto",
+                   help="auto, cpu, cuda, cuda:1, ..." + (f" ({note})" if note else ""))
 
 
 def dtype_option(help: str = "model dtype (bfloat16 on GPUs)") -> argparse.ArgumentParser:
@@ -65,4 +66,21 @@ def generation_options(target_note: str = "") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False, parents=[
         target_option(target_note), device_option(), dtype_option(), no_progress_option()])
     p.add_argument("--system-prompt", default=None, help="system message (default: template's)")
+    return p
+
+
+def scale_options() -> argparse.ArgumentParser:
+    """--device-map and --dist-timeout: the options of the stages that run a target on many
+    GPUs (extract, regenerate, self-prompt)."""
+    from eagle3lab.data.distributed import DEFAULT_TIMEOUT_MIN
+    from eagle3lab.target.adapter import DEVICE_MAPS
+
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--device-map", choices=DEVICE_MAPS, default=None,
+                   help="spread the target's layers over the visible GPUs with accelerate's "
+                   "device map (a target larger than one GPU; instead of --device). Under "
+                   "torchrun each rank of a node takes an equal group of its GPUs")
+    p.add_argument("--dist-timeout", type=float, default=DEFAULT_TIMEOUT_MIN,
+                   help="under torchrun: minutes a rank waits for the others (at the end of "
+                   "its share) before the job fails")
     return p

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eagle3lab.cli.common import add_command, generation_options
+from eagle3lab.cli.common import add_command, generation_options, scale_options
 
 
 def add_parser(sub) -> None:
@@ -13,8 +13,10 @@ def add_parser(sub) -> None:
         "greedy (temperature 0) or sampled with a seed. Writes one JSONL record per prompt "
         "(prompt, response, token ids, assistant-only loss mask) to --out, plus "
         "OUT.meta.json with the parameters. Re-running continues where it stopped and never "
-        "answers a prompt twice.",
-        parents=[generation_options()])
+        "answers a prompt twice. Under torchrun (torchrun --nproc-per-node N -m eagle3lab "
+        "regenerate ...) the batches are dealt to the ranks and rank 0 merges their answers "
+        "into --out in the prompts' order.",
+        parents=[generation_options(), scale_options()])
     p.add_argument("--prompts", default="train",
                    help="'train' or 'eval' (shipped sets) or a JSONL file of {\"prompt\": ...}")
     p.add_argument("--out", required=True, help="output JSONL file (appended to on resume)")
@@ -29,6 +31,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from eagle3lab.data.distributed import detect
     from eagle3lab.data.regenerate import regenerate
 
     s = regenerate(target=args.target, prompts=args.prompts, out=args.out, limit=args.limit,
@@ -36,7 +39,10 @@ def run(args) -> int:
                    temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                    system_prompt=args.system_prompt, samples=args.samples,
                    device=args.device, dtype=args.dtype,
-                   progress=not args.no_progress)
+                   progress=not args.no_progress, device_map=args.device_map,
+                   dist_timeout=args.dist_timeout)
+    if not detect().main:  # rank 0 reports for all ranks
+        return 0
     print(f"{s['out']}: {s['records']} records ({s['new_records']} new, {s['new_tokens']} new "
           f"tokens, {s['tokens_per_s'] or 0:.1f} tok/s)")
     return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eagle3lab.cli.common import add_command, generation_options
+from eagle3lab.cli.common import add_command, generation_options, scale_options
 
 
 def add_parser(sub) -> None:
@@ -19,10 +19,14 @@ def add_parser(sub) -> None:
         "Writes a prompts JSONL (id, prompt, category, batch, seed) to --out and "
         "OUT.meta.json with the parameters and the raw count of each drop reason. "
         "Re-running continues at the next batch and never repeats an id (raise --n to "
-        "extend a file); other parameters are refused.",
-        parents=[generation_options("needs a chat template")])
+        "extend a file); other parameters are refused. Under torchrun (torchrun "
+        "--nproc-per-node N -m eagle3lab self-prompt ...) each rank samples its own batches "
+        "and rank 0 writes what one process would.",
+        parents=[generation_options("needs a chat template"), scale_options()])
     p.add_argument("--out", required=True, help="output prompts JSONL (appended to on resume)")
-    p.add_argument("--n", type=int, default=1000, help="prompts to keep in --out in all")
+    p.add_argument("--n", "--num-prompts", dest="n", type=int, default=1000,
+                   help="prompts to keep in --out in all (under torchrun write --num-prompts: "
+                   "torchrun takes --n for an abbreviation of its own options)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0)")
     p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling")
     p.add_argument("--max-new-tokens", type=int, default=96,
@@ -39,6 +43,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from eagle3lab.data.distributed import detect
     from eagle3lab.data.selfprompt import DROP_REASONS, synthesize_prompts
 
     s = synthesize_prompts(
@@ -47,7 +52,10 @@ def run(args) -> int:
         seed=args.seed, min_words=args.min_words,
         exclude=None if args.exclude.lower() == "none" else args.exclude,
         system_prompt=args.system_prompt, max_batches=args.max_batches, device=args.device,
-        dtype=args.dtype, progress=not args.no_progress)
+        dtype=args.dtype, progress=not args.no_progress, device_map=args.device_map,
+        dist_timeout=args.dist_timeout)
+    if not detect().main:  # rank 0 reports for all ranks
+        return 0
     c = s["counts"]
     drops = ", ".join(f"{r} {c[r]}" for r in DROP_REASONS)
     print(f"{s['out']}: {s['prompts']} prompts after {s['batches']} batches (kept "

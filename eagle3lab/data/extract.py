@@ -6,6 +6,11 @@ aux capture points and their convention in the manifest; it writes each shard un
 temporary name and lists it in the manifest only once complete, so an interrupted run
 resumes after the last complete shard and produces byte-for-byte the same shards as an
 uninterrupted one (same samples per shard, same batches, deterministic forward).
+
+Under torchrun every rank extracts its own contiguous share of the conversations (balanced
+by tokens) into its own complete shards, and rank 0 merges one manifest that reads exactly
+like a one-process one (`eagle3lab.data.rankparts`); a target larger than one GPU is
+spread over several with accelerate's device maps (`device_map`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from eagle3lab import __version__
 from eagle3lab.config import DEFAULT_TARGET
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import check_writable_dir, sha256_file
+from eagle3lab.data import distributed, rankparts
 from eagle3lab.data.prompts import check_limit, read_conversations
 from eagle3lab.data.shards import (FORMAT, FORMAT_VERSION, MANIFEST, read_manifest, shard_name,
                      write_manifest, write_shard)
@@ -94,19 +100,33 @@ def _compute_chunk(tgt, aux, chunk, chunk_lens, first_index, max_tokens_per_batc
 def extract(
     *, conversations: str | os.PathLike, out: str | os.PathLike, target: Any = DEFAULT_TARGET,
     aux_ids: list[int] | None = None, aux_convention: str = "sglang", dtype: str = "bfloat16",
-    model_dtype: str = "float32", device: str = "auto", samples_per_shard: int = 64,
-    max_tokens_per_batch: int = 4096, max_seq_len: int = 2048, limit: int | None = None,
-    force: bool = False, progress: bool = True, stop_after_shards: int | None = None,
+    model_dtype: str = "float32", device: str = "auto", device_map: str | None = None,
+    samples_per_shard: int = 64, max_tokens_per_batch: int = 4096, max_seq_len: int = 2048,
+    limit: int | None = None, force: bool = False, progress: bool = True,
+    stop_after_shards: int | None = None,
+    dist_timeout: float = distributed.DEFAULT_TIMEOUT_MIN,
 ) -> dict[str, Any]:
     """Run the target over each conversation and write shards + manifest.json to `out`.
 
     target: preset name, HF dir / hub id, or a loaded `Target`. dtype: storage dtype of
     the hidden states. force: skip the free-space check. stop_after_shards: write at most
-    this many new shards, then return (used to test resumption).
+    this many new shards (per rank), then return (used to test resumption).
+    device_map: accelerate's device map ('auto', ...) spreading the target's layers over
+    the visible GPUs (under torchrun: over each rank's equal group of its node's GPUs).
+    Under torchrun, rank r extracts its contiguous share of the conversations (balanced by
+    tokens) into its own shards; rank 0 merges the manifest once every rank is done
+    (`eagle3lab.data.rankparts`); dist_timeout: minutes a rank waits for the others.
+    Every rank returns the same summary (tokens_per_s: all ranks' tokens per second).
     """
+    return distributed.run_stage(_extract, locals())  # every argument above
+
+
+def _extract(ranks: distributed.Ranks, *, conversations, out, target, aux_ids, aux_convention,
+             dtype, model_dtype, device, device_map, samples_per_shard, max_tokens_per_batch,
+             max_seq_len, limit, force, progress, stop_after_shards) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
-    from eagle3lab.target.adapter import Target, load_target, resolve_dtype
+    from eagle3lab.target.adapter import resolve_dtype
 
     for name, value in (("samples_per_shard", samples_per_shard),
                         ("max_tokens_per_batch", max_tokens_per_batch),
@@ -121,8 +141,8 @@ def extract(
     convs = read_conversations(convs_path)
     if limit is not None:
         convs = convs[:limit]
-    tgt = target if isinstance(target, Target) else load_target(
-        target, device=device, dtype=model_dtype)
+    tgt = distributed.load_rank_target(target, ranks, device=device, dtype=model_dtype,
+                                       device_map=device_map)
     aux = resolve_aux_layers(tgt.num_layers, aux_ids, aux_convention)
     for i, c in enumerate(convs):
         bad = [t for t in c["input_ids"] if not 0 <= t < tgt.vocab_size]
@@ -147,53 +167,86 @@ def extract(
                    "model_dtype": model_dtype},
         "shards": [],
     }
-    if (out / MANIFEST).exists():
-        old = read_manifest(out)
-        diff = [k for k in _RESUME_KEYS if _get(old, k) != _get(manifest, k)]
-        if diff:
-            raise UserError(
-                f"{out} already holds shards made differently ("
-                + "; ".join(f"{k}: existing {_get(old, k)!r}, now {_get(manifest, k)!r}"
-                            for k in diff)
-                + "). Use a new output directory, or delete this one to start over.")
-        manifest["shards"] = old["shards"]
-        if old.get("vocab_map"):
-            manifest["vocab_map"] = old["vocab_map"]
-    for stray in out.glob(".shard-*.tmp"):  # temp files of a killed run: never complete
-        stray.unlink()
-    done = sum(s["samples"] for s in manifest["shards"])
-    todo = convs[done:]
-    lengths = [min(len(c["input_ids"]), max_seq_len) for c in todo]
-    truncated = sum(1 for c in todo if len(c["input_ids"]) > max_seq_len)
+    lengths_all = [min(len(c["input_ids"]), max_seq_len) for c in convs]
 
-    bpt = bytes_per_token(tgt.hidden_size, len(aux.capture_points), store_dtype)
-    need = bpt * sum(lengths)
-    free = shutil.disk_usage(out).free
-    print(f"extract: {len(todo)} conversation(s) to go ({done} already in complete shards), "
-          f"{sum(lengths):,} tokens x {bpt:,} bytes/token = {need / 1e6:,.1f} MB on disk "
-          f"(free: {free / 1e9:,.1f} GB); aux capture points {list(aux.capture_points)} "
-          f"({aux.convention} convention), stored as {manifest['dtype']}.")
-    if need > free and not force:
-        raise UserError(
-            f"Not enough free space in {out}: the shards need about {need / 1e9:.2f} GB "
-            f"({bpt} bytes/token x {sum(lengths):,} tokens) but only {free / 1e9:.2f} GB is "
-            f"free. Free some space, use --limit, a smaller --dtype, or --force to start anyway.")
-    if truncated:
-        print(f"warning: {truncated} conversation(s) longer than max_seq_len={max_seq_len} "
-              f"tokens are truncated to it.")
-    write_manifest(out, manifest)
+    def prepare() -> dict[str, Any]:
+        """Rank 0 (or the one process): resume checks, the plan, the free-space check."""
+        plan = None
+        if (out / MANIFEST).exists():
+            old = read_manifest(out)
+            diff = [k for k in _RESUME_KEYS if _get(old, k) != _get(manifest, k)]
+            if diff:
+                raise UserError(
+                    f"{out} already holds shards made differently ("
+                    + "; ".join(f"{k}: existing {_get(old, k)!r}, now {_get(manifest, k)!r}"
+                                for k in diff)
+                    + "). Use a new output directory, or delete this one to start over.")
+            manifest["shards"] = old["shards"]
+            if old.get("vocab_map"):
+                manifest["vocab_map"] = old["vocab_map"]
+            plan = rankparts.resume_plan(old, out, sum(s["samples"] for s in old["shards"]),
+                                          len(convs), ranks)
+        for stray in out.glob(".shard-*.tmp"):  # temp files of a killed run: never complete
+            stray.unlink()
+        done = sum(s["samples"] for s in manifest["shards"])
+        if plan is None:
+            rankparts.remove_shard_parts(out)  # a killed merge's leftovers
+            plan = rankparts.make_plan(lengths_all[done:], done, len(manifest["shards"]),
+                                        ranks.world_size, samples_per_shard)
+        parts = rankparts.read_shard_parts(out, plan) if ranks.many else [[]]
+        todo = [(a + sum(s["samples"] for s in part), b)
+                for part, (a, b) in zip(parts, plan["ranges"])]
+        lengths = [x for a, b in todo for x in lengths_all[a:b]]
+        truncated = sum(1 for a, b in todo for c in convs[a:b]
+                        if len(c["input_ids"]) > max_seq_len)
+        bpt = bytes_per_token(tgt.hidden_size, len(aux.capture_points), store_dtype)
+        need = bpt * sum(lengths)
+        free = shutil.disk_usage(out).free
+        on = (f" on {ranks.world_size} ranks (by tokens: "
+              + " / ".join(f"{sum(lengths_all[a:b]):,}" for a, b in todo) + ")"
+              if ranks.many else "")
+        print(f"extract: {len(lengths)} conversation(s) to go ({len(convs) - len(lengths)} "
+              f"already in complete shards){on}, "
+              f"{sum(lengths):,} tokens x {bpt:,} bytes/token = {need / 1e6:,.1f} MB on disk "
+              f"(free: {free / 1e9:,.1f} GB); aux capture points {list(aux.capture_points)} "
+              f"({aux.convention} convention), stored as {manifest['dtype']}.")
+        if need > free and not force:
+            raise UserError(
+                f"Not enough free space in {out}: the shards need about {need / 1e9:.2f} GB "
+                f"({bpt} bytes/token x {sum(lengths):,} tokens) but only {free / 1e9:.2f} GB "
+                f"is free. Free some space, use --limit, a smaller --dtype, or --force to "
+                f"start anyway.")
+        if truncated:
+            print(f"warning: {truncated} conversation(s) longer than max_seq_len={max_seq_len} "
+                  f"tokens are truncated to it.")
+        if ranks.many:
+            manifest[rankparts.PLAN_KEY] = plan
+        write_manifest(out, manifest)
+        return {"manifest": manifest, "plan": plan, "parts": parts}
+
+    state = distributed.on_main(prepare)
+    manifest, plan = state["manifest"], state["plan"]
+    mine = state["parts"][ranks.rank] if ranks.many else manifest["shards"]
+    a, b = plan["ranges"][ranks.rank]
+    a += sum(s["samples"] for s in mine) if ranks.many else 0
+    todo, lengths = convs[a:b], lengths_all[a:b]
 
     t0 = time.time()
     tokens_done, new_shards = 0, 0
-    next_index = len(manifest["shards"])
-    bar = tqdm(total=sum(lengths), desc="extract", unit="tok", disable=not progress)
+    next_index = plan["first_shard"][ranks.rank] + (len(mine) if ranks.many else 0)
+    desc = f"extract ({ranks})" if ranks.many else "extract"
+    bar = tqdm(total=sum(lengths), desc=desc, unit="tok", disable=not (progress and ranks.main))
 
     def finish(future) -> None:
-        """List a shard in the manifest once its (background) write has completed."""
+        """List a shard (in the manifest, or this rank's part file) once its (background)
+        write has completed."""
         nonlocal tokens_done
         entry = future.result()
-        manifest["shards"].append(entry)
-        write_manifest(out, manifest)
+        mine.append(entry)
+        if ranks.many:
+            rankparts.write_shard_part(out, plan, ranks.rank, mine)
+        else:
+            write_manifest(out, manifest)
         tokens_done += entry["tokens"]
         bar.set_postfix(tok_s=f"{tokens_done / max(time.time() - t0, 1e-9):,.0f}")
 
@@ -206,7 +259,7 @@ def extract(
                 if stop_after_shards is not None and new_shards >= stop_after_shards:
                     break
                 samples = _compute_chunk(tgt, aux, todo[s0:s0 + samples_per_shard],
-                                         lengths[s0:s0 + samples_per_shard], done + s0,
+                                         lengths[s0:s0 + samples_per_shard], a + s0,
                                          max_tokens_per_batch, store_dtype, bar)
                 if pending is not None:
                     previous, pending = pending, None
@@ -221,15 +274,23 @@ def extract(
             if pending is not None:
                 finish(pending)
     bar.close()
+    unmerged: list[dict[str, Any]] = []
+    if ranks.many:  # every rank's part is final once all have gathered here
+        counts = distributed.gather((tokens_done, new_shards))
+        tokens_done, new_shards = (sum(c[0] for c in counts), sum(c[1] for c in counts))
+        merged = distributed.on_main(lambda: rankparts.merge_shards(out, manifest, plan))
+        manifest, unmerged = merged["manifest"], merged["unmerged"]
     elapsed = time.time() - t0
-    total = manifest["totals"]
-    complete = total["samples"] == len(convs)
-    return {"out": str(out), "complete": complete, "shards": len(manifest["shards"]),
+    listed = manifest["shards"] + unmerged
+    total = {k: sum(s[k] for s in listed) for k in ("samples", "tokens", "bytes")}
+    complete = total["samples"] == len(convs) and not unmerged
+    return {"out": str(out), "complete": complete, "shards": len(listed),
             "new_shards": new_shards, "samples": total["samples"], "tokens": total["tokens"],
             "new_tokens": tokens_done, "seconds": elapsed,
             "tokens_per_s": tokens_done / elapsed if elapsed > 0 and tokens_done else None,
             "bytes": total["bytes"],
-            "bytes_per_token": total["bytes"] / total["tokens"] if total["tokens"] else None}
+            "bytes_per_token": total["bytes"] / total["tokens"] if total["tokens"] else None,
+            "world_size": ranks.world_size}
 
 
 def summary_numbers(*, regenerated: dict[str, Any], extracted: dict[str, Any],

@@ -11,6 +11,9 @@ already written (a torn last line from a crash is cut off first; a bad line befo
 ones is refused, not cut), so a prompt is never
 answered twice. The parameters are recorded in `<out>.meta.json`; a re-run with different
 ones is refused instead of mixing two kinds of responses in one file.
+
+Under torchrun the batches are dealt to the ranks and their answers merged into one file
+in the prompts' order, the same file one process writes (`eagle3lab.data.rankparts`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from eagle3lab.config import DEFAULT_TARGET
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import (atomic_write_json, check_writable_dir, read_appended_jsonl,
                               read_json_object)
+from eagle3lab.data import distributed, rankparts
 from eagle3lab.data.prompts import chat_prompt_ids, conversation_record, load_prompts, prompts_fingerprint
 
 #: Parameters that change what a response is; a resumed run must use the same ones.
@@ -61,17 +65,26 @@ def regenerate(
     batch_size: int = 16, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
     system_prompt: str | None = None, max_prompt_tokens: int = 1024, samples: int = 1,
     device: str = "auto", dtype: str = "float32", progress: bool = True,
+    device_map: str | None = None, dist_timeout: float = distributed.DEFAULT_TIMEOUT_MIN,
 ) -> dict[str, Any]:
     """Have the target answer `prompts`; append JSONL records to `out`. Returns a summary.
 
     target: a preset name, an HF directory / hub id, or an already loaded `Target`.
     temperature 0 = greedy; otherwise sampling seeded per batch with seed + first index.
     samples: answers per prompt (record ids PROMPT_ID#k; use with temperature > 0).
+    device_map: accelerate's device map for a target larger than one GPU.
+    Under torchrun the batches (the same as one process forms) are dealt to the ranks in
+    turn; rank r appends its answers to its part file and rank 0 merges them into `out` in
+    the prompts' order (`eagle3lab.data.rankparts`). Every rank returns the same summary.
     """
+    return distributed.run_stage(_regenerate, locals())  # every argument above
+
+
+def _regenerate(ranks: distributed.Ranks, *, target, prompts, out, limit, max_new_tokens,
+                batch_size, temperature, top_p, seed, system_prompt, max_prompt_tokens,
+                samples, device, dtype, progress, device_map) -> dict[str, Any]:
     import torch
     from tqdm.auto import tqdm
-
-    from eagle3lab.target.adapter import Target, load_target
 
     if batch_size < 1 or max_new_tokens < 1:
         raise UserError("batch_size and max_new_tokens must be at least 1.")
@@ -83,8 +96,8 @@ def regenerate(
         if temperature <= 0:
             raise UserError("samples > 1 needs temperature > 0 (greedy answers would repeat).")
         plist = [dataclasses.replace(p, id=f"{p.id}#{k}") for k in range(samples) for p in plist]
-    tgt = target if isinstance(target, Target) else load_target(target, device=device,
-                                                                   dtype=dtype)
+    tgt = distributed.load_rank_target(target, ranks, device=device, dtype=dtype,
+                                       device_map=device_map)
     fp = prompts_fingerprint(prompts)
     params = {
         "target_config_sha256": tgt.config_sha256, "prompts_sha256": fp["sha256"],
@@ -93,42 +106,55 @@ def regenerate(
         "samples": samples,
     }
     mpath = meta_path(out)
-    if old is not None:
-        old_params = {"samples": 1, **old.get("params", {})}  # files made before `samples`
-        diff = [k for k in _IDENTITY_KEYS if old_params.get(k) != params[k]]
-        if diff:
-            raise UserError(
-                f"{out} was made with different parameters ({', '.join(diff)}: "
-                + ", ".join(f"{k}={old_params.get(k)!r} now {params[k]!r}" for k in diff)
-                + "). Resuming would mix two kinds of responses; choose a new --out or delete "
-                f"{out} and {mpath}.")
-    done = set(read_appended_jsonl(out, lambda r: "id" in r, "conversation record",
-                                   keep=lambda r: r["id"]))
     known = {p.id for p in plist}
+    order = {p.id: i for i, p in enumerate(plist)}
+
+    def prepare() -> dict[str, Any]:
+        """Rank 0 (or the one process): parameter check, leftover parts, what is done."""
+        if old is not None:
+            old_params = {"samples": 1, **old.get("params", {})}  # files made before `samples`
+            diff = [k for k in _IDENTITY_KEYS if old_params.get(k) != params[k]]
+            if diff:
+                raise UserError(
+                    f"{out} was made with different parameters ({', '.join(diff)}: "
+                    + ", ".join(f"{k}={old_params.get(k)!r} now {params[k]!r}" for k in diff)
+                    + "). Resuming would mix two kinds of responses; choose a new --out or "
+                    f"delete {out} and {mpath}.")
+        rankparts.merge_jsonl_parts(out, order, "conversation record")  # of a killed run
+        done = set(read_appended_jsonl(out, lambda r: "id" in r, "conversation record",
+                                       keep=lambda r: r["id"]))
+        meta = {
+            "kind": "eagle3lab-conversations", "eagle3lab": __version__,
+            "target": tgt.describe(), "prompts": fp, "params": params,
+            "batch_size": batch_size, "limit": limit,
+            "records": len(done & known), "skipped_too_long": [],
+        }
+        atomic_write_json(mpath, meta)
+        return {"done": done, "meta": meta}
+
+    state = distributed.on_main(prepare)
+    done, meta = state["done"], state["meta"]
     pending = [(i, p) for i, p in enumerate(plist) if p.id not in done]
-    meta = {
-        "kind": "eagle3lab-conversations", "eagle3lab": __version__,
-        "target": tgt.describe(), "prompts": fp, "params": params,
-        "batch_size": batch_size, "limit": limit,
-        "records": len(done & known), "skipped_too_long": [],
-    }
-    atomic_write_json(mpath, meta)
+    # the batches one process forms (so the same padding and seeds), dealt to the ranks
+    batches = [pending[b:b + batch_size] for b in range(0, len(pending), batch_size)]
+    mine = batches[ranks.rank::ranks.world_size]
+    dest = rankparts.jsonl_part_path(out, ranks.rank) if ranks.many else out
 
     tok = tgt.tokenizer
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     eos_ids = tgt.model.generation_config.eos_token_id
     eos_set = set(eos_ids if isinstance(eos_ids, list) else [eos_ids or tok.eos_token_id])
-    new_tokens = 0
+    new_tokens, new_records, skipped = 0, 0, []
     t0 = time.time()
-    bar = tqdm(total=len(pending), desc="regenerate", unit="prompt", disable=not progress)
-    with open(out, "a", encoding="utf-8") as f:
-        for b in range(0, len(pending), batch_size):
-            batch = pending[b:b + batch_size]
+    bar = tqdm(total=sum(len(b) for b in mine), desc="regenerate", unit="prompt",
+               disable=not (progress and ranks.main))
+    with open(dest, "a", encoding="utf-8") as f:
+        for batch in mine:
             encoded, kept = [], []
             for idx, p in batch:
                 ids = chat_prompt_ids(tok, p.prompt, system_prompt)
                 if len(ids) > max_prompt_tokens:
-                    meta["skipped_too_long"].append(p.id)
+                    skipped.append(p.id)
                     continue
                 encoded.append(ids)
                 kept.append((idx, p))
@@ -165,18 +191,27 @@ def regenerate(
                 new_tokens += len(resp)
             f.flush()
             os.fsync(f.fileno())
-            meta["records"] += len(kept)
+            new_records += len(kept)
             bar.update(len(batch))
             bar.set_postfix(tok_s=f"{new_tokens / max(time.time() - t0, 1e-9):.1f}")
     bar.close()
+    if ranks.many:  # every rank's part is complete once all have gathered here
+        counts = distributed.gather((new_records, new_tokens, skipped))
+        new_records, new_tokens = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        skipped = sorted((s for c in counts for s in c[2]), key=order.get)
+        distributed.on_main(lambda: rankparts.merge_jsonl_parts(out, order,
+                                                                "conversation record"))
     elapsed = time.time() - t0
-    meta["last_run"] = {"new_records": len(pending) - len(meta["skipped_too_long"]),
+    meta["records"] += new_records
+    meta["skipped_too_long"] = skipped
+    meta["last_run"] = {"new_records": new_records,
                         "new_tokens": new_tokens, "seconds": round(elapsed, 2),
                         "tokens_per_s": round(new_tokens / elapsed, 2) if elapsed > 0 else None}
-    atomic_write_json(mpath, meta)
-    if meta["skipped_too_long"]:
-        print(f"warning: {len(meta['skipped_too_long'])} prompt(s) longer than "
-              f"{max_prompt_tokens} tokens were skipped: {meta['skipped_too_long'][:5]}")
+    if ranks.main:
+        atomic_write_json(mpath, meta)
+        if meta["skipped_too_long"]:
+            print(f"warning: {len(meta['skipped_too_long'])} prompt(s) longer than "
+                  f"{max_prompt_tokens} tokens were skipped: {meta['skipped_too_long'][:5]}")
     return {"out": str(out), "records": meta["records"], "new_records":
             meta["last_run"]["new_records"], "new_tokens": new_tokens,
             "seconds": elapsed, "tokens_per_s": meta["last_run"]["tokens_per_s"]}

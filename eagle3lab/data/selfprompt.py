@@ -16,6 +16,9 @@ those stays held out. Raw counts of every reason a sample was dropped are record
 Resumable: accepted prompts are appended a batch at a time (fsynced; a torn last line
 from a crash is cut off); a re-run with the same parameters continues at the next batch
 and never repeats an id or a batch seed; different parameters are refused.
+
+Under torchrun each rank samples its own batches of a round and every rank filters the
+gathered samples in batch order, so the file is the one a single process writes.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from eagle3lab import __version__
 from eagle3lab.config import DEFAULT_TARGET
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, check_writable_dir, read_appended_jsonl
+from eagle3lab.data import distributed
 from eagle3lab.data.regenerate import meta_path, read_meta  # one <out>.meta.json convention
 
 _SENTINEL = "\u2063EAGLE3LAB_USER_TURN\u2063"
@@ -96,7 +100,8 @@ def synthesize_prompts(
     batch_size: int = 64, seed: int = 0, min_words: int = 4,
     exclude: str | os.PathLike | None = "eval", system_prompt: str | None = None,
     max_batches: int | None = None, device: str = "auto", dtype: str = "float32",
-    progress: bool = True,
+    progress: bool = True, device_map: str | None = None,
+    dist_timeout: float = distributed.DEFAULT_TIMEOUT_MIN,
 ) -> dict[str, Any]:
     """Have the target write `n` distinct user prompts; append them to `out` (JSONL).
 
@@ -106,12 +111,23 @@ def synthesize_prompts(
     enough for n at a 25% keep rate), whichever comes first. exclude: held-out prompts
     ('eval', a prompts file, or None) that no kept prompt may repeat or share an
     8-word run with. Returns a summary with the raw counts and the keep rate.
+    device_map: accelerate's device map for a target larger than one GPU.
+    Under torchrun rank r samples batches b + r of each round of world-size batches; the
+    samples are gathered and every rank filters them in batch order (the filter is
+    sequential: duplicates, the n-th prompt), so rank 0 writes what one process writes.
     """
+    return distributed.run_stage(_synthesize, locals())  # every argument above
+
+
+def _synthesize(ranks: distributed.Ranks, *, target, out, n, temperature, top_p,
+                max_new_tokens, batch_size, seed, min_words, exclude, system_prompt,
+                max_batches, device, dtype, progress, device_map) -> dict[str, Any]:
+    import contextlib
+
     import torch
     from tqdm.auto import tqdm
 
     from eagle3lab.data.prompts import load_prompts, prompts_fingerprint
-    from eagle3lab.target.adapter import Target, load_target
 
     if n < 1 or batch_size < 1 or max_new_tokens < 4:
         raise UserError("n and batch_size must be >= 1 and max_new_tokens >= 4.")
@@ -132,8 +148,8 @@ def synthesize_prompts(
         for p in load_prompts(exclude):
             held_shingles |= shingles(p.prompt)
             held_norm.add(normalise(p.prompt))
-    tgt = target if isinstance(target, Target) else load_target(target, device=device,
-                                                                   dtype=dtype)
+    tgt = distributed.load_rank_target(target, ranks, device=device, dtype=dtype,
+                                       device_map=device_map)
     tok = tgt.tokenizer
     prefix, end_id = user_turn_prefix(tok, system_prompt)
     eos = tgt.model.generation_config.eos_token_id
@@ -148,87 +164,110 @@ def synthesize_prompts(
               "min_words": min_words,
               "exclude_sha256": exclude_fp["sha256"] if exclude_fp else None}
     mpath = meta_path(out)
-    if old_meta:
-        old = old_meta.get("params", {})
-        diff = [k for k in _IDENTITY_KEYS if old.get(k) != params[k]]
-        if diff:
-            raise UserError(
-                f"{out} was made with different parameters ("
-                + ", ".join(f"{k}={old.get(k)!r} now {params[k]!r}" for k in diff)
-                + f"); continuing would mix two kinds of prompts. Choose a new --out or "
-                f"delete {out} and {mpath}.")
-    done = read_appended_jsonl(out, lambda r: isinstance(r.get("prompt"), str) and "id" in r,
-                               "prompt record")
-    if old_meta:
-        meta = old_meta
-    elif done:
-        raise UserError(f"{out} exists without {mpath.name}; it was not written by "
-                        f"synthesize_prompts. Choose a new --out.")
-    else:
-        meta = {"kind": "eagle3lab-prompts", "method": "self-prompt (Magpie)",
-                "eagle3lab": __version__, "target": tgt.describe(), "params": params,
-                "exclude": exclude_fp, "batches_done": 0,
-                "counts": {"sampled": 0, "kept": 0, **{r: 0 for r in DROP_REASONS}}}
-    counts = meta["counts"]
-    # The file is the truth: batches it holds prompts of are done even if the meta file
-    # missed them (a crash between the two writes). The meta count also covers batches
-    # that kept nothing, so it is used while it agrees with the file on the prompts kept.
-    from_file = max((int(r.get("batch", -1)) + 1 for r in done), default=0)
-    b = max(from_file, meta.get("batches_done", 0)) if counts.get("kept") == len(done) \
-        else from_file
-    meta["batches_done"] = b
-    counts["kept"] = len(done)
+
+    def prepare() -> dict[str, Any]:
+        """Rank 0 (or the one process): parameter check, what is done, the next batch."""
+        if old_meta:
+            old = old_meta.get("params", {})
+            diff = [k for k in _IDENTITY_KEYS if old.get(k) != params[k]]
+            if diff:
+                raise UserError(
+                    f"{out} was made with different parameters ("
+                    + ", ".join(f"{k}={old.get(k)!r} now {params[k]!r}" for k in diff)
+                    + f"); continuing would mix two kinds of prompts. Choose a new --out or "
+                    f"delete {out} and {mpath}.")
+        done = read_appended_jsonl(
+            out, lambda r: isinstance(r.get("prompt"), str) and "id" in r, "prompt record")
+        if old_meta:
+            meta = old_meta
+        elif done:
+            raise UserError(f"{out} exists without {mpath.name}; it was not written by "
+                            f"synthesize_prompts. Choose a new --out.")
+        else:
+            meta = {"kind": "eagle3lab-prompts", "method": "self-prompt (Magpie)",
+                    "eagle3lab": __version__, "target": tgt.describe(), "params": params,
+                    "exclude": exclude_fp, "batches_done": 0,
+                    "counts": {"sampled": 0, "kept": 0, **{r: 0 for r in DROP_REASONS}}}
+        counts = meta["counts"]
+        # The file is the truth: batches it holds prompts of are done even if the meta file
+        # missed them (a crash between the two writes). The meta count also covers batches
+        # that kept nothing, so it is used while it agrees with the file on the prompts kept.
+        from_file = max((int(r.get("batch", -1)) + 1 for r in done), default=0)
+        b = max(from_file, meta.get("batches_done", 0)) if counts.get("kept") == len(done) \
+            else from_file
+        meta["batches_done"] = b
+        counts["kept"] = len(done)
+        atomic_write_json(mpath, meta)
+        return {"done": done, "meta": meta}
+
+    state = distributed.on_main(prepare)
+    done, meta = state["done"], state["meta"]
+    counts, b = meta["counts"], meta["batches_done"]
     seen = {normalise(r["prompt"]) for r in done}
     max_batches = max_batches or max(4, -(-4 * n // batch_size))
-    atomic_write_json(mpath, meta)
 
     start = torch.tensor([prefix], dtype=torch.long, device=tgt.device).repeat(batch_size, 1)
     attn = torch.ones_like(start)
+
+    def sample(batch: int) -> list[tuple[str, bool]]:
+        """Batch `batch`'s user turns: (text, finished) per row."""
+        torch.manual_seed(seed + batch)
+        with torch.inference_mode():
+            gen = tgt.model.generate(
+                input_ids=start, attention_mask=attn, do_sample=True,
+                temperature=temperature, top_p=top_p, top_k=0,
+                max_new_tokens=max_new_tokens, eos_token_id=sorted(stop_ids),
+                pad_token_id=pad_id)
+        rows = []
+        for row in gen[:, len(prefix):].tolist():
+            stop = next((k for k, t in enumerate(row) if t in special), None)
+            finished = stop is not None and row[stop] in stop_ids
+            rows.append((tok.decode(row[:stop], skip_special_tokens=True).strip()
+                         if finished else "", finished))
+        return rows
+
     t0 = time.time()
     bar = tqdm(total=n, initial=min(len(done), n), desc="self-prompt", unit="prompt",
-               disable=not progress)
-    with open(out, "a", encoding="utf-8") as f:
+               disable=not (progress and ranks.main))
+    with (open(out, "a", encoding="utf-8") if ranks.main else contextlib.nullcontext()) as f:
         while len(done) < n and b < max_batches:
-            torch.manual_seed(seed + b)
-            with torch.inference_mode():
-                gen = tgt.model.generate(
-                    input_ids=start, attention_mask=attn, do_sample=True,
-                    temperature=temperature, top_p=top_p, top_k=0,
-                    max_new_tokens=max_new_tokens, eos_token_id=sorted(stop_ids),
-                    pad_token_id=pad_id)
-            new = []
-            for row in gen[:, len(prefix):].tolist():
-                if len(done) + len(new) >= n:
-                    break  # the rest of the batch is neither kept nor counted
-                counts["sampled"] += 1
-                stop = next((k for k, t in enumerate(row) if t in special), None)
-                finished = stop is not None and row[stop] in stop_ids
-                text = tok.decode(row[:stop], skip_special_tokens=True).strip() \
-                    if finished else ""
-                reason = classify(text, finished, seen, held_norm, held_shingles, min_words)
-                if reason:
-                    counts[reason] += 1
-                    continue
-                seen.add(normalise(text))
-                new.append({"id": f"self-{len(done) + len(new):06d}", "prompt": text,
-                            "category": "self", "batch": b, "seed": seed + b})
-            for rec in new:
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-            done.extend(new)
-            b += 1
-            meta["batches_done"] = b
-            counts["kept"] = len(done)
-            atomic_write_json(mpath, meta)
-            bar.update(len(new))
+            # a round: rank r samples batch b + r; all are filtered in batch order
+            mine = b + ranks.rank
+            for rows in distributed.gather(sample(mine) if mine < max_batches else None):
+                if rows is None or len(done) >= n:
+                    break
+                new = []
+                for text, finished in rows:
+                    if len(done) + len(new) >= n:
+                        break  # the rest of the batch is neither kept nor counted
+                    counts["sampled"] += 1
+                    reason = classify(text, finished, seen, held_norm, held_shingles,
+                                      min_words)
+                    if reason:
+                        counts[reason] += 1
+                        continue
+                    seen.add(normalise(text))
+                    new.append({"id": f"self-{len(done) + len(new):06d}", "prompt": text,
+                                "category": "self", "batch": b, "seed": seed + b})
+                done.extend(new)
+                b += 1
+                meta["batches_done"] = b
+                counts["kept"] = len(done)
+                if ranks.main:
+                    for rec in new:
+                        f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                    atomic_write_json(mpath, meta)
+                bar.update(len(new))
     bar.close()
     elapsed = time.time() - t0
-    if len(done) < n:
+    if len(done) < n and ranks.main:
         print(f"warning: only {len(done)} of {n} prompts kept after {b} batches "
               f"({counts}); raise max_batches or temperature.")
     meta["last_run"] = {"seconds": round(elapsed, 2)}
-    atomic_write_json(mpath, meta)
+    if ranks.main:
+        atomic_write_json(mpath, meta)
     return {"out": str(out), "prompts": len(done), "batches": b, "counts": dict(counts),
             "seconds": elapsed,
             "keep_rate": counts["kept"] / counts["sampled"] if counts["sampled"] else None}

@@ -5,7 +5,9 @@ recorded (every selection is an `eagle3lab.target.auxlayers.AuxLayers`, whose ca
 are exactly the layers hooked here, and which every artifact records), and materialising
 every layer's states. Capture uses forward hooks on exactly those layers (plus the input of
 the final norm, which speculators' trainer needs as `verifier_last_hidden_states`), never
-`output_hidden_states=True`.
+`output_hidden_states=True`, which would materialise every layer's states. A target larger
+than one GPU loads with accelerate's device maps (`load_target(device_map=...)`); the
+hooks capture each state on its layer's GPU and `features` gathers them on one.
 """
 
 from __future__ import annotations
@@ -160,8 +162,10 @@ class Target:
         aux = aux or self.aux_layers()
         with torch.inference_mode(), self.capture(aux) as store:
             self._base_forward(input_ids, attention_mask)
-            fused = torch.cat(store["aux"], dim=-1)
-            last = store["last"]
+            # a device-mapped target leaves each state on its layer's GPU: gather them on
+            # the inputs' device (a no-op on one device)
+            fused = torch.cat([a.to(input_ids.device) for a in store["aux"]], dim=-1)
+            last = store["last"].to(input_ids.device)
         return fused, last
 
     def _base_forward(self, input_ids, attention_mask=None):
@@ -180,16 +184,36 @@ def _find_layers(model):
     return layers, norm
 
 
+#: accelerate's device maps (`from_pretrained(device_map=...)`): the layers of a target
+#: larger than one GPU spread over the visible GPUs of one process.
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
 def load_target(
     target: str | os.PathLike = DEFAULT_TARGET, *, device: str = "auto",
     dtype: str = "float32", attn_implementation: str | None = "sdpa",
+    device_map: str | None = None, max_memory: dict | None = None,
 ) -> Target:
-    """Load a target (preset name, HF directory or hub id) with its tokenizer."""
+    """Load a target (preset name, HF directory or hub id) with its tokenizer.
+
+    device_map: one of DEVICE_MAPS to spread the layers over the visible GPUs (instead of
+    `device`); max_memory: accelerate's per-device limit (e.g. to confine it to a few)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_target_path(target)
-    dev = resolve_device(device)
     kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype)}
+    if device_map is not None:
+        if device_map not in DEVICE_MAPS:
+            raise UserError(f"Unknown device map {device_map!r}; use one of "
+                            f"{', '.join(DEVICE_MAPS)} (accelerate's).")
+        if device != "auto":
+            raise UserError(f"--device {device} and --device-map {device_map} both place the "
+                            f"target; give one of them.")
+        kwargs["device_map"] = device_map
+        if max_memory:
+            kwargs["max_memory"] = max_memory
+    else:
+        dev = resolve_device(device)
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     try:
@@ -201,6 +225,8 @@ def load_target(
             f"{(str(e) or '?').splitlines()[0]} "
             f"Check that it is a complete Hugging Face model directory (config.json, weights, "
             f"tokenizer files) or a reachable hub id.") from None
-    model.to(dev).eval()
+    if device_map is None:
+        model.to(dev)
+    model.eval()
     name = str(target) if str(target) in TARGET_PRESETS else Path(path).name
     return Target(model, tok, path, name)

@@ -1,0 +1,39 @@
+"""bench/scale.py --tiny on the CPU (gloo, 2 processes): the code path of the 2-GPU
+benchmark: every row measured, the shard sets of 2 ranks and of a device-mapped target
+equal to the one-process set, results in scale.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "scale.py"
+
+
+@pytest.mark.slow
+def test_tiny_runs_on_cpu(tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--work", str(tmp_path)],
+                       capture_output=True, text=True, timeout=1200,
+                       env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    assert "$ torchrun --nproc-per-node 2 -m eagle3lab extract " in r.stdout
+    res = json.loads((tmp_path / "scale.json").read_text())
+    ex = res["extract"]
+    for key in ("2", "device_map"):
+        assert ex[key]["vs_1"]["same_ids_and_masks"] is True
+        assert ex[key]["vs_1"]["within_bf16_tolerance"] is True
+        assert ex[key]["tokens"] == ex["1"]["tokens"] > 0
+    assert ex["ratio"] == pytest.approx(ex["2"]["tokens_per_s"] / ex["1"]["tokens_per_s"])
+    assert not list(tmp_path.glob("extract-out-*"))  # shards removed unless --keep
+    tr = res["train"]
+    if "skipped" in tr:  # no distributed training in this checkout: said, not faked
+        assert "no --fsdp" in r.stdout
+    else:
+        for name in ("default", "8b"):
+            assert tr[name]["ratio"] > 0 and tr[name]["2"]["tokens_per_s"] > 0
+        assert len(tr["memory"]["ddp"]) == len(tr["memory"]["fsdp2"]) == 2

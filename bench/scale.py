@@ -11,8 +11,7 @@ Prints, each measured here in this run:
       >= 1.8 on 2) for an 8B-shaped Llama target with random bf16 weights (config only,
       saved to --work), and of the `--device-map auto` run over all visible GPUs in one
       process, with its hidden states against the 1-GPU run's (bf16 tolerance).
-The training rows need `eagle3lab train` with --fsdp (distributed training); without it
-they are skipped with a message. Each command line is printed as it runs; results go to
+Each command line is printed as it runs; results go to
 WORK/scale.json.
 
     python bench/scale.py --work /tmp/scale                    # 2 GPUs, both parts

@@ -5,7 +5,7 @@ built from the first drafter."""
 from pathlib import Path
 
 from eagle3lab.formats.reader import Checkpoint
-from eagle3lab.specdec.accept import default_drafter
+from eagle3lab.workdir import default_drafter
 from eagle3lab.specdec.arms import DROPPED_KEYS_ARM, LAST_LAYER_ARM, acceptance_arms
 
 

@@ -12,7 +12,7 @@ from eagle3lab.study.plateau import detect_plateau
 
 
 def test_on_a_real_run_the_numbers_are_its_last_logged_lines(trained_run):
-    from eagle3lab.train.metrics import load_metrics
+    from eagle3lab.study.importers import load_metrics
 
     df = load_metrics(trained_run)
     n = summary_numbers(df, plateau_metric="eval_loss_0", plateau_window=2,

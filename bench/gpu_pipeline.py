@@ -129,11 +129,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from eagle3lab.data import distributed
+    from eagle3lab import distributed
     from eagle3lab.data.extract import extract
     from eagle3lab.data.prompts import concat_jsonl
     from eagle3lab.data.regenerate import regenerate
     from eagle3lab.data.selfprompt import synthesize_prompts
+    from eagle3lab.data.stagerun import DEFAULT_TIMEOUT_S
     from eagle3lab.data.vocab import build_shard_vocab
     from eagle3lab.target.adapter import load_target, resolve_device
     from eagle3lab.train import TrainConfig, pack_drafter, train_run
@@ -168,10 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         data_summary = wd.root / f"summary-data-{args.train_name}.json"
         summary["stages"].update(json.loads(data_summary.read_text())["stages"])
     elif args.stage in ("all", "data"):
-        session = distributed.session(cuda=cuda)  # under torchrun: one process group
-        session.__enter__()  # for every data stage (left after the last)
-        tgt = load_target(args.target, device=distributed.rank_device(dev, ranks),
-                          dtype=dtype)
+        session = distributed.session(device=dev, timeout=DEFAULT_TIMEOUT_S)
+        ranks = session.__enter__()  # under torchrun: one process group for every data stage
+        tgt = load_target(args.target, device=ranks.device, dtype=dtype)
         parts = []
         if args.self_prompts:
             stage("self_prompt", lambda: synthesize_prompts(
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                 seed=args.seed, max_new_tokens=args.max_new_tokens,
                 batch_size=args.batch_size, progress=False))
             parts.append(wd.responses("train_sampled"))
-        stage("concat", lambda: distributed.on_main(
+        stage("concat", lambda: ranks.on_main(
             lambda: concat_jsonl(parts, wd.responses_train)))
         stage("regenerate_eval", lambda: regenerate(
             target=tgt, prompts="eval", out=wd.responses_eval,
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 conversations=wd.responses(split), out=wd.shards(split),
                 target=tgt, samples_per_shard=1024, max_tokens_per_batch=65536,
                 progress=False))
-        stage("vocab", lambda: distributed.on_main(lambda: build_shard_vocab(
+        stage("vocab", lambda: ranks.on_main(lambda: build_shard_vocab(
             data=wd.shards_train, draft_vocab_size=args.draft_vocab_size)))
         del tgt
         if cuda:

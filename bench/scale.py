@@ -90,7 +90,7 @@ def peak_memory() -> list[int]:
 def worker(spec_path: str) -> int:
     """Run one stage as its spec says (the CLI's `train`, or the library's `extract`, which
     returns its tokens/s) and write this rank's result next to the spec."""
-    from eagle3lab.data.distributed import detect
+    from eagle3lab.distributed import detect
 
     spec = json.loads(Path(spec_path).read_text())
     if spec["kind"] == "train":

@@ -12,7 +12,7 @@ the exception, the file it concerns (when it names one) and where it was raised,
 Under torchrun, `main` is wrapped in torchrun's `record` (an exception's traceback goes to
 torchrun's error file) and a UserError is written there too, so torchrun's summary shows
 the message of the rank that failed first; errors every rank raises are printed by rank 0
-only (`train.distributed.report`).
+only (`eagle3lab.distributed.report`).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eagle3lab.train.distributed import under_torchrun
+    from eagle3lab.distributed import under_torchrun
 
     if under_torchrun():
         from torch.distributed.elastic.multiprocessing.errors import record
@@ -83,7 +83,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as e:
-        from eagle3lab.train.distributed import report
+        from eagle3lab.distributed import report
 
         show, linger_s = report(e)
         if args.debug:

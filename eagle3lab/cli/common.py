@@ -72,15 +72,16 @@ def generation_options(target_note: str = "") -> argparse.ArgumentParser:
 def scale_options() -> argparse.ArgumentParser:
     """--device-map and --dist-timeout: the options of the stages that run a target on many
     GPUs (extract, regenerate, self-prompt)."""
-    from eagle3lab.data.distributed import DEFAULT_TIMEOUT_MIN
+    from eagle3lab.data.stagerun import DEFAULT_TIMEOUT_S
     from eagle3lab.target.adapter import DEVICE_MAPS
 
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--device-map", choices=DEVICE_MAPS, default=None,
                    help="spread the target's layers over the visible GPUs with accelerate's "
                    "device map (a target larger than one GPU; instead of --device). Under "
-                   "torchrun each rank of a node takes an equal group of its GPUs")
-    p.add_argument("--dist-timeout", type=float, default=DEFAULT_TIMEOUT_MIN,
-                   help="under torchrun: minutes a rank waits for the others (at the end of "
-                   "its share) before the job fails")
+                   "torchrun each rank takes its own GPU (--device cuda or auto) or, with a "
+                   "device map, an equal group of its node's GPUs")
+    p.add_argument("--dist-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help="under torchrun: seconds a rank waits for the others (at the end of "
+                   "its share) before the job fails (default: %(default)g)")
     return p

@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
         "extracts a share of the conversations balanced by tokens and rank 0 merges one "
         "manifest; --device-map spreads a target larger than one GPU over several.",
         parents=[target_option("must be the model that wrote the conversations"),
-                 device_option("under torchrun: each rank's own GPU"), scale_options(),
+                 device_option(), scale_options(),
                  no_progress_option()])
     p.add_argument("--conversations", required=True, help="JSONL from `eagle3lab regenerate`")
     p.add_argument("--out", required=True, help="shard directory")
@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from eagle3lab.data.distributed import detect
+    from eagle3lab.distributed import detect
     from eagle3lab.data.extract import extract
     from eagle3lab.data.vocab import build_shard_vocab
 

@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from eagle3lab.data.distributed import detect
+    from eagle3lab.distributed import detect
     from eagle3lab.data.regenerate import regenerate
 
     s = regenerate(target=args.target, prompts=args.prompts, out=args.out, limit=args.limit,

@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from eagle3lab.data.distributed import detect
+    from eagle3lab.distributed import detect
     from eagle3lab.data.selfprompt import DROP_REASONS, synthesize_prompts
 
     s = synthesize_prompts(

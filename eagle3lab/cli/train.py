@@ -66,7 +66,7 @@ def run(args) -> int:
     from eagle3lab.errors import UserError
     from eagle3lab.fsutil import read_json_object
     from eagle3lab.train import TrainConfig, train_run
-    from eagle3lab.train.distributed import env_rank
+    from eagle3lab.distributed import detect
 
     opts = {k: v for k, v in vars(args).items() if k in TrainConfig.model_fields}
     where = "train options"
@@ -79,6 +79,6 @@ def run(args) -> int:
         if req not in opts:
             raise UserError(f"--{req} is required (or set it in --config).")
     summary = train_run(TrainConfig.from_dict(opts, where), verify=not args.no_verify)
-    if env_rank() == 0:  # under torchrun: once
+    if detect().main:  # under torchrun: once
         print(json.dumps(summary, indent=2))
     return 0

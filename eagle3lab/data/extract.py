@@ -24,9 +24,10 @@ from typing import Any
 
 from eagle3lab import __version__
 from eagle3lab.config import DEFAULT_TARGET
+from eagle3lab.distributed import Ranks
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import check_writable_dir, sha256_file
-from eagle3lab.data import distributed, rankparts
+from eagle3lab.data import rankparts, stagerun
 from eagle3lab.data.prompts import check_limit, read_conversations
 from eagle3lab.data.shards import (FORMAT, FORMAT_VERSION, MANIFEST, read_manifest, shard_name,
                      write_manifest, write_shard)
@@ -104,7 +105,7 @@ def extract(
     samples_per_shard: int = 64, max_tokens_per_batch: int = 4096, max_seq_len: int = 2048,
     limit: int | None = None, force: bool = False, progress: bool = True,
     stop_after_shards: int | None = None,
-    dist_timeout: float = distributed.DEFAULT_TIMEOUT_MIN,
+    dist_timeout: float = stagerun.DEFAULT_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Run the target over each conversation and write shards + manifest.json to `out`.
 
@@ -115,13 +116,13 @@ def extract(
     the visible GPUs (under torchrun: over each rank's equal group of its node's GPUs).
     Under torchrun, rank r extracts its contiguous share of the conversations (balanced by
     tokens) into its own shards; rank 0 merges the manifest once every rank is done
-    (`eagle3lab.data.rankparts`); dist_timeout: minutes a rank waits for the others.
+    (`eagle3lab.data.rankparts`); dist_timeout: seconds a rank waits for the others.
     Every rank returns the same summary (tokens_per_s: all ranks' tokens per second).
     """
-    return distributed.run_stage(_extract, locals())  # every argument above
+    return stagerun.run_stage(_extract, locals())  # every argument above
 
 
-def _extract(ranks: distributed.Ranks, *, conversations, out, target, aux_ids, aux_convention,
+def _extract(ranks: Ranks, *, conversations, out, target, aux_ids, aux_convention,
              dtype, model_dtype, device, device_map, samples_per_shard, max_tokens_per_batch,
              max_seq_len, limit, force, progress, stop_after_shards) -> dict[str, Any]:
     from tqdm.auto import tqdm
@@ -141,8 +142,8 @@ def _extract(ranks: distributed.Ranks, *, conversations, out, target, aux_ids, a
     convs = read_conversations(convs_path)
     if limit is not None:
         convs = convs[:limit]
-    tgt = distributed.load_rank_target(target, ranks, device=device, dtype=model_dtype,
-                                       device_map=device_map)
+    tgt = stagerun.load_rank_target(target, ranks, device=device, dtype=model_dtype,
+                                    device_map=device_map)
     aux = resolve_aux_layers(tgt.num_layers, aux_ids, aux_convention)
     for i, c in enumerate(convs):
         bad = [t for t in c["input_ids"] if not 0 <= t < tgt.vocab_size]
@@ -224,7 +225,7 @@ def _extract(ranks: distributed.Ranks, *, conversations, out, target, aux_ids, a
         write_manifest(out, manifest)
         return {"manifest": manifest, "plan": plan, "parts": parts}
 
-    state = distributed.on_main(prepare)
+    state = ranks.on_main(prepare)
     manifest, plan = state["manifest"], state["plan"]
     mine = state["parts"][ranks.rank] if ranks.many else manifest["shards"]
     a, b = plan["ranges"][ranks.rank]
@@ -276,9 +277,9 @@ def _extract(ranks: distributed.Ranks, *, conversations, out, target, aux_ids, a
     bar.close()
     unmerged: list[dict[str, Any]] = []
     if ranks.many:  # every rank's part is final once all have gathered here
-        counts = distributed.gather((tokens_done, new_shards))
+        counts = ranks.gather((tokens_done, new_shards))
         tokens_done, new_shards = (sum(c[0] for c in counts), sum(c[1] for c in counts))
-        merged = distributed.on_main(lambda: rankparts.merge_shards(out, manifest, plan))
+        merged = ranks.on_main(lambda: rankparts.merge_shards(out, manifest, plan))
         manifest, unmerged = merged["manifest"], merged["unmerged"]
     elapsed = time.time() - t0
     listed = manifest["shards"] + unmerged

@@ -4,11 +4,12 @@ output the next stage reads.
 Extraction. Prevents a shard set that reads differently depending on how many GPUs made it, and a
 resumed run that extracts a conversation twice or never: the plan (recorded in the
 manifest under `rank_plan` while the run is incomplete) gives each rank one contiguous
-range of conversations, balanced by tokens, and the shard numbers it writes, so the merged
-manifest lists the shards in sample order with no gap; each rank lists its complete shards
-in its own part file (`manifest.rankNNNNN.json`, rewritten atomically), so a killed run
-resumes each rank after its last complete shard; rank 0 merges only once every range is
-complete, and a resume on another number of ranks is refused, naming both.
+range of conversations, balanced by tokens (`contiguous_shares`), and the shard numbers
+it writes, so the merged manifest lists the shards in sample order with no gap; each rank
+lists its complete shards in its own part file (`manifest.rankNNNNN.json`, rewritten
+atomically), so a killed run resumes each rank after its last complete shard; rank 0
+merges only once every range is complete, and a resume on another number of ranks is
+refused, naming both.
 
 Regeneration. Prevents a prompt answered twice or a conversations file in another order
 than a one-process run writes: rank r appends its answers to `OUT.rankNNNNN.part`
@@ -19,6 +20,7 @@ next run (on any number of ranks), so their prompts are not answered again.
 
 from __future__ import annotations
 
+import bisect
 import glob
 import json
 import math
@@ -26,8 +28,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from eagle3lab.data.distributed import Ranks, contiguous_shares
 from eagle3lab.data.shards import FORMAT, write_manifest
+from eagle3lab.distributed import Ranks
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, read_appended_jsonl
 
@@ -37,6 +39,23 @@ PART_FORMAT = f"{FORMAT}-rank-part"
 
 def shard_part_path(out: Path, rank: int) -> Path:
     return out / f"manifest.rank{rank:05d}.json"
+
+
+def contiguous_shares(weights: list[int], parts: int) -> list[tuple[int, int]]:
+    """Split range(len(weights)) into `parts` consecutive [a, b) ranges of about equal total
+    weight (each cut where the running total is nearest to k/parts of the whole)."""
+    prefix = [0]
+    for w in weights:
+        prefix.append(prefix[-1] + w)
+    cuts = [0]
+    for k in range(1, parts):
+        goal = prefix[-1] * k / parts
+        j = bisect.bisect_left(prefix, goal, lo=cuts[-1])
+        if j > cuts[-1] and j <= len(weights) and goal - prefix[j - 1] < prefix[j] - goal:
+            j -= 1
+        cuts.append(min(max(j, cuts[-1]), len(weights)))
+    cuts.append(len(weights))
+    return [(cuts[k], cuts[k + 1]) for k in range(parts)]
 
 
 def make_plan(lengths: list[int], done: int, first_shard: int, world: int,

@@ -27,10 +27,11 @@ from typing import Any
 
 from eagle3lab import __version__
 from eagle3lab.config import DEFAULT_TARGET
+from eagle3lab.distributed import Ranks
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import (atomic_write_json, check_writable_dir, read_appended_jsonl,
                               read_json_object)
-from eagle3lab.data import distributed, rankparts
+from eagle3lab.data import rankparts, stagerun
 from eagle3lab.data.prompts import chat_prompt_ids, conversation_record, load_prompts, prompts_fingerprint
 
 #: Parameters that change what a response is; a resumed run must use the same ones.
@@ -65,7 +66,7 @@ def regenerate(
     batch_size: int = 16, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
     system_prompt: str | None = None, max_prompt_tokens: int = 1024, samples: int = 1,
     device: str = "auto", dtype: str = "float32", progress: bool = True,
-    device_map: str | None = None, dist_timeout: float = distributed.DEFAULT_TIMEOUT_MIN,
+    device_map: str | None = None, dist_timeout: float = stagerun.DEFAULT_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Have the target answer `prompts`; append JSONL records to `out`. Returns a summary.
 
@@ -77,10 +78,10 @@ def regenerate(
     turn; rank r appends its answers to its part file and rank 0 merges them into `out` in
     the prompts' order (`eagle3lab.data.rankparts`). Every rank returns the same summary.
     """
-    return distributed.run_stage(_regenerate, locals())  # every argument above
+    return stagerun.run_stage(_regenerate, locals())  # every argument above
 
 
-def _regenerate(ranks: distributed.Ranks, *, target, prompts, out, limit, max_new_tokens,
+def _regenerate(ranks: Ranks, *, target, prompts, out, limit, max_new_tokens,
                 batch_size, temperature, top_p, seed, system_prompt, max_prompt_tokens,
                 samples, device, dtype, progress, device_map) -> dict[str, Any]:
     import torch
@@ -96,8 +97,8 @@ def _regenerate(ranks: distributed.Ranks, *, target, prompts, out, limit, max_ne
         if temperature <= 0:
             raise UserError("samples > 1 needs temperature > 0 (greedy answers would repeat).")
         plist = [dataclasses.replace(p, id=f"{p.id}#{k}") for k in range(samples) for p in plist]
-    tgt = distributed.load_rank_target(target, ranks, device=device, dtype=dtype,
-                                       device_map=device_map)
+    tgt = stagerun.load_rank_target(target, ranks, device=device, dtype=dtype,
+                                    device_map=device_map)
     fp = prompts_fingerprint(prompts)
     params = {
         "target_config_sha256": tgt.config_sha256, "prompts_sha256": fp["sha256"],
@@ -132,7 +133,7 @@ def _regenerate(ranks: distributed.Ranks, *, target, prompts, out, limit, max_ne
         atomic_write_json(mpath, meta)
         return {"done": done, "meta": meta}
 
-    state = distributed.on_main(prepare)
+    state = ranks.on_main(prepare)
     done, meta = state["done"], state["meta"]
     pending = [(i, p) for i, p in enumerate(plist) if p.id not in done]
     # the batches one process forms (so the same padding and seeds), dealt to the ranks
@@ -196,11 +197,11 @@ def _regenerate(ranks: distributed.Ranks, *, target, prompts, out, limit, max_ne
             bar.set_postfix(tok_s=f"{new_tokens / max(time.time() - t0, 1e-9):.1f}")
     bar.close()
     if ranks.many:  # every rank's part is complete once all have gathered here
-        counts = distributed.gather((new_records, new_tokens, skipped))
+        counts = ranks.gather((new_records, new_tokens, skipped))
         new_records, new_tokens = sum(c[0] for c in counts), sum(c[1] for c in counts)
         skipped = sorted((s for c in counts for s in c[2]), key=order.get)
-        distributed.on_main(lambda: rankparts.merge_jsonl_parts(out, order,
-                                                                "conversation record"))
+        ranks.on_main(lambda: rankparts.merge_jsonl_parts(out, order,
+                                                          "conversation record"))
     elapsed = time.time() - t0
     meta["records"] += new_records
     meta["skipped_too_long"] = skipped

@@ -32,9 +32,10 @@ from typing import Any
 
 from eagle3lab import __version__
 from eagle3lab.config import DEFAULT_TARGET
+from eagle3lab.distributed import Ranks
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, check_writable_dir, read_appended_jsonl
-from eagle3lab.data import distributed
+from eagle3lab.data import stagerun
 from eagle3lab.data.regenerate import meta_path, read_meta  # one <out>.meta.json convention
 
 _SENTINEL = "\u2063EAGLE3LAB_USER_TURN\u2063"
@@ -101,7 +102,7 @@ def synthesize_prompts(
     exclude: str | os.PathLike | None = "eval", system_prompt: str | None = None,
     max_batches: int | None = None, device: str = "auto", dtype: str = "float32",
     progress: bool = True, device_map: str | None = None,
-    dist_timeout: float = distributed.DEFAULT_TIMEOUT_MIN,
+    dist_timeout: float = stagerun.DEFAULT_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Have the target write `n` distinct user prompts; append them to `out` (JSONL).
 
@@ -116,10 +117,10 @@ def synthesize_prompts(
     samples are gathered and every rank filters them in batch order (the filter is
     sequential: duplicates, the n-th prompt), so rank 0 writes what one process writes.
     """
-    return distributed.run_stage(_synthesize, locals())  # every argument above
+    return stagerun.run_stage(_synthesize, locals())  # every argument above
 
 
-def _synthesize(ranks: distributed.Ranks, *, target, out, n, temperature, top_p,
+def _synthesize(ranks: Ranks, *, target, out, n, temperature, top_p,
                 max_new_tokens, batch_size, seed, min_words, exclude, system_prompt,
                 max_batches, device, dtype, progress, device_map) -> dict[str, Any]:
     import contextlib
@@ -148,8 +149,8 @@ def _synthesize(ranks: distributed.Ranks, *, target, out, n, temperature, top_p,
         for p in load_prompts(exclude):
             held_shingles |= shingles(p.prompt)
             held_norm.add(normalise(p.prompt))
-    tgt = distributed.load_rank_target(target, ranks, device=device, dtype=dtype,
-                                       device_map=device_map)
+    tgt = stagerun.load_rank_target(target, ranks, device=device, dtype=dtype,
+                                    device_map=device_map)
     tok = tgt.tokenizer
     prefix, end_id = user_turn_prefix(tok, system_prompt)
     eos = tgt.model.generation_config.eos_token_id
@@ -200,7 +201,7 @@ def _synthesize(ranks: distributed.Ranks, *, target, out, n, temperature, top_p,
         atomic_write_json(mpath, meta)
         return {"done": done, "meta": meta}
 
-    state = distributed.on_main(prepare)
+    state = ranks.on_main(prepare)
     done, meta = state["done"], state["meta"]
     counts, b = meta["counts"], meta["batches_done"]
     seen = {normalise(r["prompt"]) for r in done}
@@ -233,7 +234,7 @@ def _synthesize(ranks: distributed.Ranks, *, target, out, n, temperature, top_p,
         while len(done) < n and b < max_batches:
             # a round: rank r samples batch b + r; all are filtered in batch order
             mine = b + ranks.rank
-            for rows in distributed.gather(sample(mine) if mine < max_batches else None):
+            for rows in ranks.gather(sample(mine) if mine < max_batches else None):
                 if rows is None or len(done) >= n:
                     break
                 new = []

@@ -11,11 +11,11 @@ embedding the target already has) atomically, so a half-written drafter never sh
 
 Layout: RUN_DIR/run.json, metrics.jsonl, checkpoints/step-N/ (speculators save_pretrained +
 trainer_state.pt + checkpoint.json), final/ (speculators format + eagle3lab.json).
-Under torchrun (`dist`, see distributed.py) rank 0 writes those from the full state dict
-(gathered under FSDP), each rank adds rng-rank{R}.pt (its RNG state), an FSDP run adds
-sharded/ (model and optimizer shards, torch.distributed.checkpoint; trainer_state.pt then
-holds no optimizer), and the checkpoint is renamed into place only when every rank's part
-is written.
+Under torchrun (`dist`: the `Ranks`; see train/distributed.py) rank 0 writes those from
+the full state dict (gathered under FSDP), each rank adds rng-rank{R}.pt (its RNG state),
+an FSDP run adds sharded/ (model and optimizer shards, torch.distributed.checkpoint;
+trainer_state.pt then holds no optimizer), and the checkpoint is renamed into place only
+when every rank's part is written.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3lab import __version__
+from eagle3lab.distributed import Ranks
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import (atomic_dir, atomic_write_json, atomic_write_text, read_json_object,
                              sha256_file)
@@ -107,14 +108,14 @@ def list_checkpoints(out: Path) -> list[Path]:
 
 
 def save_checkpoint(out: Path, model, opt, sched, state: dict, keep: int, *,
-                    dist: distributed.Dist | None = None) -> Path:
+                    dist: Ranks | None = None) -> Path:
     """checkpoints/step-N (see the module docstring); `model` is the drafter (FSDP-sharded
     or not, never the DDP wrapper). Every rank calls it under torchrun."""
     import shutil
 
     import torch
 
-    d = dist or distributed.Dist()
+    d = dist or Ranks()
     sharded = d.active and distributed.is_sharded(model)
     final = out / "checkpoints" / f"step-{state['step']}"
     with distributed.shared_atomic_dir(final, d) as tmp:
@@ -148,13 +149,13 @@ def _load_weights(directory: Path) -> dict:
 
 
 def load_checkpoint(ckpt: Path, model, opt, sched, *,
-                    dist: distributed.Dist | None = None) -> dict:
+                    dist: Ranks | None = None) -> dict:
     """Load a checkpoint into the drafter (`model`, as for save_checkpoint), optimizer and
     scheduler; restore this rank's RNG state (rank 0's where the run had fewer ranks, or
     in one process)."""
     import torch
 
-    d = dist or distributed.Dist()
+    d = dist or Ranks()
     if (ckpt / "sharded").is_dir():
         distributed.load_sharded(model, opt, ckpt / "sharded")
     else:

@@ -117,7 +117,6 @@ def check_train_overrides(overrides: dict[str, Any], where: str, *, reserved: se
 
 #: Settings that may differ when resuming (they do not change what is computed).
 _RESUME_FREE = {"resume", "stop_after_steps", "progress", "device", "out", "cpu_threads",
-                "dist_timeout", "grad_accum",  # world size x grad_accum: distributed.py
                 "dist_timeout", "grad_accum"}  # world size x grad_accum: distributed.py
 
 

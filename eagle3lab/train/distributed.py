@@ -1,19 +1,18 @@
-"""Training on many processes: a thin layer over torch.distributed that the loop calls.
+"""Training on many processes: what the loop needs beyond the shared layer
+(`eagle3lab.distributed`: ranks, process group, collectives).
 
-Under torchrun (RANK, WORLD_SIZE and LOCAL_RANK set) `session` starts the process group
-(nccl on CUDA, gloo on CPU) with `timeout=dist_timeout`; without torchrun it yields a
-one-process `Dist` whose collectives return their input, so the loop has one code path and
-a one-process run computes, logs and writes exactly what it did before. The model is
-wrapped in DDP, or sharded with FSDP2 (`fully_shard`: parameters, gradients and Adam state)
-with `fsdp=True`.
+The model is wrapped in DDP, or sharded with FSDP2 (`fully_shard`: parameters, gradients
+and Adam state) with `fsdp=True`; without torchrun the drafter itself, so the loop has one
+code path and a one-process run computes, logs and writes exactly what it did before.
 
-Prevents the failures of a run spread over processes:
+Prevents the failures of a training run spread over processes:
 - ranks that disagree: every decision (log, eval, stop, NaN) is taken on all-reduced
   numbers, so every rank takes it at the same step; a NaN on one rank stops all of them;
 - a dead or hung rank that leaves the others waiting forever: collectives time out after
-  `dist_timeout`, the rank that notices says which rank stopped answering (gloo's
-  `monitored_barrier` on a side group) and exits, and torchrun ends the job; a rank whose
-  peer died waits a moment so that torchrun's summary names the dead rank first;
+  `dist_timeout` seconds, the rank that notices says which rank stopped answering (gloo's
+  `monitored_barrier` on a side group, `with_health_group`) and exits, and torchrun ends
+  the job; a rank whose peer died waits a moment so that torchrun's summary names the dead
+  rank first;
 - half-written checkpoints: `shared_atomic_dir` lists a checkpoint only after every rank's
   part is written (barrier, then rank 0 renames);
 - a resume that is another run: the micro-batches of an optimizer step depend only on
@@ -29,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import re
 import signal
@@ -38,87 +36,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator
 
+from eagle3lab.distributed import RankFailure, Ranks, under_torchrun
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_dir
-
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
-
-
-class RankFailure(UserError):
-    """A collective failed on this rank: another rank died or stopped answering.
-    `linger_s`: seconds to wait before exiting (a peer died: let torchrun see it first);
-    `record`: whether torchrun's error file should carry this message."""
-
-    def __init__(self, msg: str, *, linger_s: float = 0.0, record: bool = True):
-        super().__init__(msg)
-        self.linger_s, self.record = linger_s, record
-
-
-def under_torchrun() -> bool:
-    return all(v in os.environ for v in TORCHRUN_VARS)
-
-
-def env_rank() -> int:
-    """This process's global rank under torchrun, 0 otherwise."""
-    return int(os.environ["RANK"]) if under_torchrun() else 0
-
-
-@dataclasses.dataclass
-class Dist:
-    """The ranks of one run. backend None: one process, no process group."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    backend: str | None = None
-    timeout_s: float = 300.0
-    device: str = "cpu"  # where this rank's collectives' tensors live
-    health: Any = None  # gloo side group for monitored_barrier
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def active(self) -> bool:
-        return self.backend is not None
-
-    def sum(self, values: list[float]) -> list[float]:
-        """Element-wise sum over ranks (float64); the values themselves in one process."""
-        if not self.active:
-            return list(values)
-        import torch
-        import torch.distributed as dist
-
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
-        return t.tolist()
-
-    def gather(self, obj) -> list:
-        """Every rank's `obj`, in rank order."""
-        if not self.active:
-            return [obj]
-        import torch.distributed as dist
-
-        out: list = [None] * self.world_size
-        dist.all_gather_object(out, obj)
-        return out
-
-    def broadcast(self, obj):
-        """Rank 0's `obj` on every rank."""
-        if not self.active:
-            return obj
-        import torch.distributed as dist
-
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
-    def barrier(self) -> None:
-        if self.active:
-            import torch.distributed as dist
-
-            dist.barrier()
 
 
 def check_launch(*, fsdp: bool) -> None:
@@ -127,43 +47,18 @@ def check_launch(*, fsdp: bool) -> None:
                         "`torchrun --nproc-per-node N -m eagle3lab train ... --fsdp`.")
 
 
-@contextlib.contextmanager
-def session(*, device: str, timeout_s: float) -> Iterator[tuple[Dist, str]]:
-    """(Dist, this rank's device). Under torchrun: init the process group (nccl on CUDA,
-    gloo on CPU; an already initialised one is used and left alone), each rank on
-    cuda:LOCAL_RANK; a barrier on success, the group destroyed at exit. Otherwise a
-    one-process Dist and `device` unchanged."""
-    if not under_torchrun():
-        yield Dist(timeout_s=timeout_s), device
-        return
-    import torch
+def with_health_group(d: Ranks) -> Ranks:
+    """`d` with a gloo side group for `monitored_barrier` (which rank stopped answering,
+    `comm_failure`); every rank makes it, right after the session starts."""
+    if not d.active:
+        return d
     import torch.distributed as dist
 
-    local = int(os.environ["LOCAL_RANK"])
-    cuda = device.startswith("cuda")
-    if cuda:
-        device = f"cuda:{local}"
-        torch.cuda.set_device(local)
-    timeout = timedelta(seconds=timeout_s)
-    owned = not dist.is_initialized()
-    if owned:
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout,
-                                device_id=torch.device(device) if cuda else None)
-    d = Dist(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local,
-             backend=dist.get_backend(), timeout_s=timeout_s, device=device if cuda else "cpu",
-             health=dist.new_group(backend="gloo", timeout=timeout))
-    ok = False
-    try:
-        yield d, device
-        ok = True
-    finally:
-        if ok:
-            d.barrier()
-        if owned and ok:
-            dist.destroy_process_group()
+    return dataclasses.replace(d, health=dist.new_group(
+        backend="gloo", timeout=timedelta(seconds=d.timeout_s)))
 
 
-def describe(d: Dist, *, fsdp: bool, grad_accum: int) -> dict[str, Any]:
+def describe(d: Ranks, *, fsdp: bool, grad_accum: int) -> dict[str, Any]:
     """What run.json records about the ranks."""
     return {"world_size": d.world_size, "backend": d.backend, "fsdp": fsdp,
             "grad_accum": grad_accum, "micro_batches_per_step": d.world_size * grad_accum}
@@ -186,7 +81,7 @@ def check_resume_world(previous: dict | None, now: dict, out) -> None:
             f"the same steps: use {fix}.")
 
 
-def check_shared_dir(d: Dist, out: Path) -> None:
+def check_shared_dir(d: Ranks, out: Path) -> None:
     """Refuse a run directory that not every rank sees (nodes without a shared filesystem)."""
     if not d.active:
         return
@@ -208,7 +103,7 @@ def check_shared_dir(d: Dist, out: Path) -> None:
 
 
 # --- the model --------------------------------------------------------------------------
-def wrap_model(model, d: Dist, *, fsdp: bool, device: str):
+def wrap_model(model, d: Ranks, *, fsdp: bool, device: str):
     """(model to train, the drafter inside it). DDP under torchrun; FSDP2 `fully_shard`
     (each decoder layer, then the whole drafter, as speculators does) with fsdp=True; the
     drafter itself in one process."""
@@ -227,7 +122,7 @@ def wrap_model(model, d: Dist, *, fsdp: bool, device: str):
     from torch.nn.parallel import DistributedDataParallel
 
     ddp = DistributedDataParallel(
-        model, device_ids=[d.local_rank] if device.startswith("cuda") else None)
+        model, device_ids=[device] if device.startswith("cuda") else None)
     return ddp, model
 
 
@@ -260,7 +155,7 @@ def clip_grad_norm(params, max_norm: float):
     return gn.full_tensor() if hasattr(gn, "full_tensor") else gn
 
 
-def gathered_state_dict(model, d: Dist) -> dict | None:
+def gathered_state_dict(model, d: Ranks) -> dict | None:
     """A sharded drafter's full state dict, gathered to CPU on rank 0 (every rank takes
     part; None elsewhere). None for an unsharded drafter: its own state_dict is whole."""
     if not (d.active and is_sharded(model)):
@@ -291,7 +186,7 @@ def load_sharded(model, opt, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def shared_atomic_dir(final: Path, d: Dist) -> Iterator[Path]:
+def shared_atomic_dir(final: Path, d: Ranks) -> Iterator[Path]:
     """`fsutil.atomic_dir` for all ranks: rank 0 makes the temporary directory, every rank
     writes its part into it, and only after a barrier (every part complete) does rank 0
     rename it to `final`; a second barrier lets every rank see it."""
@@ -311,7 +206,7 @@ def shared_atomic_dir(final: Path, d: Dist) -> Iterator[Path]:
 
 
 # --- faults -----------------------------------------------------------------------------
-def fault_point(d: Dist, step: int) -> None:
+def fault_point(d: Ranks, step: int) -> None:
     """Test-only fault injection (see the module docstring)."""
     spec = os.environ.get("EAGLE3LAB_TEST_FAULT")
     if not spec:
@@ -333,7 +228,7 @@ def is_comm_error(e: BaseException) -> bool:
         "timeout caused pair closure"))
 
 
-def comm_failure(d: Dist, e: BaseException, *, step: int | None, checkpoint) -> RankFailure:
+def comm_failure(d: Ranks, e: BaseException, *, step: int | None, checkpoint) -> RankFailure:
     """The message for a collective that failed on this rank: which rank stopped answering
     (a peer that died closes its connections; one that hangs fails gloo's
     monitored_barrier, which rank 0 runs over every rank), and how to resume."""
@@ -353,7 +248,7 @@ def comm_failure(d: Dist, e: BaseException, *, step: int | None, checkpoint) -> 
                        f"{d.timeout_s:g}; {_unanswering(d)}." + resume)
 
 
-def _unanswering(d: Dist) -> str:
+def _unanswering(d: Ranks) -> str:
     import torch.distributed as dist
 
     try:
@@ -369,19 +264,3 @@ def _unanswering(d: Dist) -> str:
                     "or rank 0's message names the rank that did")
         return "a check of the other ranks failed too"
 
-
-def report(e: UserError) -> tuple[bool, float]:
-    """For the CLI, on a UserError: (print it on this rank?, seconds to wait before
-    exiting). Under torchrun only rank 0 prints errors every rank raises, a RankFailure
-    prints wherever it happens, and torchrun's error file gets the message so that its
-    summary shows it for the rank that failed first."""
-    if not under_torchrun():
-        return True, 0.0
-    failure = isinstance(e, RankFailure)
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if path and (not failure or e.record):
-        msg = f"{type(e).__name__}: {e}"
-        with contextlib.suppress(OSError), open(path, "w") as f:
-            json.dump({"message": {"message": msg, "extraInfo": {
-                "py_callstack": msg, "timestamp": str(int(time.time()))}}}, f)
-    return env_rank() == 0 or failure, (e.linger_s if failure else 0.0)

@@ -11,6 +11,7 @@ on every rank: its forward is a collective).
 
 from __future__ import annotations
 
+from eagle3lab.distributed import Ranks
 from eagle3lab.train import distributed
 from eagle3lab.train.data import PackedData
 from eagle3lab.train.metrics import step_counts, summarize_counts
@@ -18,7 +19,7 @@ from eagle3lab.train.metrics import step_counts, summarize_counts
 
 def evaluate(model, data: PackedData, *, ttt_steps: int, decay: float = 1.0,
              loss_fn: str = "kl_div", device: str = "cpu",
-             dist: distributed.Dist | None = None) -> dict:
+             dist: Ranks | None = None) -> dict:
     """Eval metrics (ratios + raw counts) of `model` on `data`'s fixed batches (seed 0,
     epoch 0: every run and every reload evaluates the same batches)."""
     import contextlib
@@ -34,7 +35,7 @@ def evaluate(model, data: PackedData, *, ttt_steps: int, decay: float = 1.0,
               "loss_config": resolve_loss_config(loss_fn, "eager")}
     was_training = model.training
     model.eval()
-    d = dist or distributed.Dist()
+    d = dist or Ranks()
     batches = data.batches(0, 0)
     mine = list(range(d.rank, len(batches), d.world_size))
     if d.active and distributed.is_sharded(model):  # pad: same forwards on every rank

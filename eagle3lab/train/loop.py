@@ -4,9 +4,9 @@ Prevents silently training on NaN: a NaN/inf loss or gradient stops the run nami
 step, the per-position losses, the lr and any samples with non-finite features, marks the
 run failed in run.json and keeps the last good checkpoint (`TrainingDiverged`).
 
-Under torchrun every rank runs this loop (distributed.py: DDP or FSDP2, the data shared
-out per optimizer step by `PackedData.steps`, one all-reduce per step for the raw counts
-and the NaN flag, so every rank stops at the same step; rank 0 logs and writes). One
+Under torchrun every rank runs this loop (train/distributed.py: DDP or FSDP2, the data
+shared out per optimizer step by `PackedData.steps`, one all-reduce per step for the raw
+counts and the NaN flag, so every rank stops at the same step; rank 0 logs and writes). One
 optimizer step = world_size x grad_accum micro-batches, each loss (speculators' per-batch
 mean) weighted 1 / (world_size x grad_accum): the gradient is the mean of the micro-batch
 gradients, exactly as one process accumulating the same micro-batches.
@@ -27,6 +27,7 @@ import math
 import time
 from typing import Any
 
+from eagle3lab.distributed import Ranks, session
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, check_writable_dir
 from eagle3lab.train import distributed
@@ -65,7 +66,7 @@ def _scheduler(opt, cfg: TrainConfig, total_steps: int):
     return fn(opt, cfg.warmup_steps, max(total_steps, 1))
 
 
-def _step_tokens(data: PackedData, cfg: TrainConfig, d: distributed.Dist,
+def _step_tokens(data: PackedData, cfg: TrainConfig, d: Ranks,
                  epoch: int) -> list[int]:
     """Tokens of each optimizer step of an epoch: all ranks' micro-batches, summed."""
     steps = data.steps(cfg.seed, epoch, rank=d.rank, world_size=d.world_size,
@@ -74,7 +75,7 @@ def _step_tokens(data: PackedData, cfg: TrainConfig, d: distributed.Dist,
                                    for micro in steps])]
 
 
-def _plan_steps(data: PackedData, cfg: TrainConfig, d: distributed.Dist) -> tuple[int, int]:
+def _plan_steps(data: PackedData, cfg: TrainConfig, d: Ranks) -> tuple[int, int]:
     """(total optimizer steps, tokens they process): epochs, cut by max_steps/max_tokens."""
     steps = tokens = 0
     for epoch in range(cfg.epochs):
@@ -124,11 +125,11 @@ def _train_run(cfg: TrainConfig, verify: bool) -> dict[str, Any]:
     from eagle3lab.target.adapter import resolve_device
 
     distributed.check_launch(fsdp=cfg.fsdp)
-    with distributed.session(device=resolve_device(cfg.device),
-                             timeout_s=cfg.dist_timeout) as (d, dev):
+    with session(device=resolve_device(cfg.device), timeout=cfg.dist_timeout) as d:
+        d = distributed.with_health_group(d)
         where: dict[str, Any] = {"step": None, "checkpoint": None}  # step None: not begun
         try:
-            return _train_ranks(cfg, d, dev, where, verify)
+            return _train_ranks(cfg, d, d.device, where, verify)
         except Exception as e:
             if d.active and not isinstance(e, UserError) and distributed.is_comm_error(e):
                 raise distributed.comm_failure(d, e, step=where["step"],
@@ -136,7 +137,7 @@ def _train_run(cfg: TrainConfig, verify: bool) -> dict[str, Any]:
             raise
 
 
-def _train_ranks(cfg: TrainConfig, d: distributed.Dist, dev: str,
+def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
                  where: dict[str, Any], verify: bool) -> dict[str, Any]:
     """The run on every rank (one process: d is rank 0 of 1). `where` follows the step and
     the last checkpoint, for the message of a failed collective."""

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from testutil import torchrun, write_conversations
-from eagle3lab.data.distributed import Ranks, contiguous_shares, detect
 from eagle3lab.data.extract import extract
 from eagle3lab.data.prompts import read_conversations
+from eagle3lab.data.rankparts import contiguous_shares
 from eagle3lab.data.regenerate import meta_path, regenerate
 from eagle3lab.data.shards import MANIFEST, ShardSet
 from eagle3lab.errors import UserError
@@ -39,20 +39,6 @@ def test_contiguous_shares_balance_tokens():
     assert all(a[1] == b[0] for a, b in zip(shares, shares[1:]))
     totals = [sum(range(a + 1, b + 1)) for a, b in shares]
     assert max(totals) - min(totals) <= 100
-
-
-def test_detect_reads_torchrun_environment(monkeypatch):
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
-        monkeypatch.delenv(k, raising=False)
-    assert detect() == Ranks() and not detect().many
-    monkeypatch.setenv("RANK", "3")
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    monkeypatch.setenv("LOCAL_RANK", "1")
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    assert detect() == Ranks(3, 4, 1, 2) and str(detect()) == "rank 3 of 4"
-    monkeypatch.setenv("WORLD_SIZE", "four")
-    with pytest.raises(UserError, match="not integers"):
-        detect()
 
 
 @pytest.mark.slow

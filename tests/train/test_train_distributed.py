@@ -346,20 +346,3 @@ def test_fsdp_without_torchrun_is_refused(tmp_path, sharp_data):
     with pytest.raises(UserError, match="torchrun --nproc-per-node N"):
         train(**_kw(sharp_data, tmp_path / "r", fsdp=True))
     assert not (tmp_path / "r").exists()
-
-
-def test_errors_print_once_and_reach_torchruns_summary(tmp_path, monkeypatch):
-    from eagle3lab.train.distributed import RankFailure, report
-
-    assert report(UserError("x")) == (True, 0.0)  # no torchrun: as before
-    err = tmp_path / "error.json"
-    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(err))
-    for var, v in (("RANK", "1"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "1")):
-        monkeypatch.setenv(var, v)
-    assert report(UserError("bad --lr")) == (False, 0.0)  # every rank raised it: rank 0 says it
-    assert json.loads(err.read_text())["message"]["message"] == "UserError: bad --lr"
-    err.unlink()
-    assert report(RankFailure("peer died", linger_s=4.0, record=False)) == (True, 4.0)
-    assert not err.exists()  # torchrun's summary names the dead rank instead
-    monkeypatch.setenv("RANK", "0")
-    assert report(UserError("bad --lr")) == (True, 0.0)

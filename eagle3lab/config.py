@@ -11,15 +11,33 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from pydantic import (BaseModel, ConfigDict, ValidationError, ValidationInfo,
                       model_validator)
+
+from typing_extensions import Self  # typing.Self needs Python 3.11; we support 3.10
 
 from eagle3lab.errors import UserError
 
 #: Name of the embedded default target (a real pretrained LLM shipped inside a PyPI package).
 DEFAULT_TARGET = "smollm2-135m-instruct"
+
+
+def package_versions(packages: tuple[str, ...]) -> dict[str, str]:
+    """eagle3lab's version and each package's installed version ("not installed" when
+    absent): what every artifact records about the code that made it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from eagle3lab import __version__
+
+    out = {"eagle3lab": __version__}
+    for pkg in packages:
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
 
 
 def repo_root() -> Path:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import platform
 
-from eagle3lab import __version__
 
 #: Packages whose versions every report records.
 PACKAGES = ("torch", "transformers", "speculators", "papermill", "nbconvert")
@@ -19,14 +18,10 @@ PACKAGES = ("torch", "transformers", "speculators", "papermill", "nbconvert")
 
 def versions() -> dict[str, str]:
     """Versions of what computed the report (packages, Python, machine)."""
-    from importlib.metadata import PackageNotFoundError, version
+    from eagle3lab.config import package_versions
 
-    out = {"eagle3lab": __version__, "python": platform.python_version()}
-    for pkg in PACKAGES:
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "not installed"
+    out = package_versions(PACKAGES)
+    out = {"eagle3lab": out.pop("eagle3lab"), "python": platform.python_version(), **out}
     out["platform"] = platform.platform()
     out["cpus"] = str(os.cpu_count())
     try:

@@ -25,7 +25,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from eagle3lab import __version__
 from eagle3lab.distributed import Ranks
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import (atomic_dir, atomic_write_json, atomic_write_text, read_json_object,
@@ -52,15 +51,9 @@ def is_finished(run_dir: str | os.PathLike) -> bool:
 
 def versions() -> dict[str, str]:
     """The versions run.json records: eagle3lab and the libraries that compute the run."""
-    from importlib.metadata import PackageNotFoundError, version
+    from eagle3lab.config import package_versions
 
-    out = {"eagle3lab": __version__}
-    for pkg in ("speculators", "torch", "transformers"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
+    return package_versions(("speculators", "torch", "transformers"))
 
 
 def _rng_state() -> dict[str, Any]:

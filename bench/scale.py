@@ -151,11 +151,8 @@ def train_part(args, work: Path, cuda: bool) -> dict:
     print(f"training, DDP: `eagle3lab train`, {args.max_tokens} tokens/step per rank, TTT "
           f"{args.ttt}, {args.warmup} warm-up + {args.steps} timed steps")
     for name, shape in (TINY_DRAFTERS if args.tiny else DRAFTERS).items():
-        root = work / f"shards-{name}"
-        if not (root / "shards" / "manifest.json").exists():
-            shutil.rmtree(root, ignore_errors=True)
-            bt.random_shards(root, **shape, samples=args.samples, seq=args.seq)
-        rows[name] = {k: train_once(args, work, bt, root / "shards", name, k, cuda, fsdp=False)
+        data = shards_for(args, work, bt, name, shape)
+        rows[name] = {k: train_once(args, work, bt, data, name, k, cuda, fsdp=False)
                       for k in (1, n)}
         one, many = rows[name][1], rows[name][n]
         if many["tokens_per_step"] < 0.75 * n * one["tokens_per_step"]:
@@ -175,10 +172,10 @@ def train_part(args, work: Path, cuda: bool) -> dict:
 
 
 def train_once(args, work: Path, bt, data: Path, name: str, nproc: int, cuda: bool, *,
-               fsdp: bool) -> dict:
+               fsdp: bool, extra: list[str] | None = None, tag: str = "") -> dict:
     from eagle3lab.train import read_run
 
-    out = work / f"train-{name}-{nproc}{'-fsdp' if fsdp else ''}"
+    out = work / f"train-{name}-{nproc}{'-fsdp' if fsdp else ''}{tag}"
     shutil.rmtree(out, ignore_errors=True)
     argv = ["train", "--data", str(data), "--out", str(out),
             "--max-steps", str(args.steps + args.warmup), "--epochs", "1000",
@@ -188,6 +185,9 @@ def train_once(args, work: Path, bt, data: Path, name: str, nproc: int, cuda: bo
     argv += ["--pad-batches"] if cuda else []
     argv += ["--fsdp"] if fsdp else []
     argv += ["--grad-accum", str(args.grad_accum)] if args.grad_accum > 1 else []
+    argv += ["--grad-reduce-dtype", args.grad_reduce_dtype] if nproc > 1 and \
+        args.grad_reduce_dtype != "float32" else []
+    argv += extra or []
     ranks = launch(work, out.name, nproc, argv=argv)
     rate = bt.steady_rate(out, args.warmup)
     layer_cfg = json.loads((out / "final" / "config.json").read_text())[
@@ -213,6 +213,34 @@ def print_train(rows: dict, n: int, cuda: bool) -> None:
         print(f"  peak {what} per rank, {m['drafter']} drafter on {n}: DDP "
               f"{ddp / 2**30:,.2f} GiB, FSDP2 {fsdp / 2**30:,.2f} GiB (FSDP2 / DDP "
               f"{fsdp / ddp:.2f})")
+
+
+def shards_for(args, work: Path, bt, name: str, shape: dict) -> Path:
+    root = work / f"shards-{name}"
+    if not (root / "shards" / "manifest.json").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        bt.random_shards(root, **shape, samples=args.samples, seq=args.seq)
+    return root / "shards"
+
+
+def loader_part(args, work: Path, cuda: bool) -> dict:
+    """One GPU (no torchrun): tokens/s with the next steps read and collated in-process
+    between steps (--data-workers 0) vs by 2 DataLoader processes while the GPU computes."""
+    bt = bench_train()
+    rows: dict = {}
+    print(f"one device, data loading: `eagle3lab train --data-workers 0` vs 2, "
+          f"{args.max_tokens} tokens/step")
+    for name, shape in (TINY_DRAFTERS if args.tiny else DRAFTERS).items():
+        data = shards_for(args, work, bt, name, shape)
+        rows[name] = {w: train_once(args, work, bt, data, name, 1, cuda, fsdp=False,
+                                    extra=["--data-workers", str(w)], tag=f"-w{w}")
+                      for w in (0, 2)}
+        rows[name]["ratio"] = rows[name][2]["tokens_per_s"] / rows[name][0]["tokens_per_s"]
+    print(f"  {'drafter':<10} {'workers 0 tok/s':>16} {'workers 2 tok/s':>16} {'ratio':>6}")
+    for name, r in rows.items():
+        print(f"  {name:<10} {r[0]['tokens_per_s']:>16,.0f} {r[2]['tokens_per_s']:>16,.0f} "
+              f"{r['ratio']:>6.2f}")
+    return rows
 
 
 # --- extraction ---------------------------------------------------------------------------
@@ -281,7 +309,9 @@ def compare_shards(a: Path, b: Path, samples: int) -> dict:
             "within_bf16_tolerance": within}
 
 
-def extract_part(args, work: Path, cuda: bool) -> dict:
+def extract_inputs(args, work: Path, cuda: bool) -> tuple[dict, dict]:
+    """(target shape, the extract keyword arguments every run shares): the random-weight
+    target and conversations, written once into --work."""
     shape = TINY_TARGET if args.tiny else TARGET_8B
     tdir = work / ("target-tiny" if args.tiny else "target-8b")
     if not (tdir / "config.json").exists():
@@ -291,12 +321,51 @@ def extract_part(args, work: Path, cuda: bool) -> dict:
     if not convs.exists():
         random_conversations(convs, vocab=shape["vocab_size"], n=args.extract_convs,
                              length=args.extract_len)
+    return shape, dict(conversations=str(convs), target=str(tdir), model_dtype="bfloat16",
+                       dtype="bfloat16", device="auto" if cuda else "cpu",
+                       samples_per_shard=args.samples_per_shard,
+                       max_tokens_per_batch=args.extract_batch_tokens,
+                       max_seq_len=args.extract_len, progress=False)
+
+
+def batching_part(args, work: Path, cuda: bool) -> dict:
+    """One process, the same conversations batched two ways (--max-tokens-per-batch B and
+    B/8): how far apart are the hidden states when only the batch composition differs?
+    In bf16 a matmul's rounding depends on the kernel chosen for the batch's shape and the
+    padding; a 2-rank run batches its share differently from the 1-GPU run, so its states
+    can differ from the 1-GPU ones by as much as this, and no more."""
+    shape, base = extract_inputs(args, work, cuda)
+    runs, outs = {}, {}
+    small = max(args.extract_batch_tokens // 8, args.extract_len)
+    print(f"extraction batching (one process): --max-tokens-per-batch "
+          f"{args.extract_batch_tokens} vs {small}, model dtype bf16"
+          + (" and fp32" if args.batching_fp32 else ""))
+    dtypes = ["bfloat16"] + (["float32"] if args.batching_fp32 else [])
+    for dt in dtypes:
+        for budget in (args.extract_batch_tokens, small):
+            key = f"{dt}-{budget}"
+            outs[key] = work / f"extract-batching-{key}"
+            shutil.rmtree(outs[key], ignore_errors=True)
+            ranks = launch(work, f"extract-batching-{key}", 1,
+                           kwargs={**base, "model_dtype": dt, "dtype": dt,
+                                   "max_tokens_per_batch": budget, "out": str(outs[key])})
+            runs[key] = {"tokens_per_s": ranks[0]["summary"]["tokens_per_s"]}
+            print(f"    {runs[key]['tokens_per_s']:,.0f} tok/s", flush=True)
+        big, little = (outs[f"{dt}-{b}"] for b in (args.extract_batch_tokens, small))
+        runs[dt] = compare_shards(big, little, args.compare_samples)
+        print(f"  model {dt:<9} ids/masks "
+              f"{'same' if runs[dt].get('same_ids_and_masks') else 'DIFFER'}, max rel diff "
+              f"{runs[dt].get('max_rel_diff', float('nan')):.2e}, within bf16 tolerance: "
+              f"{'yes' if runs[dt].get('within_bf16_tolerance') else 'NO'}")
+        if not args.keep:
+            shutil.rmtree(big)
+            shutil.rmtree(little)
+    return runs
+
+
+def extract_part(args, work: Path, cuda: bool) -> dict:
+    shape, base = extract_inputs(args, work, cuda)
     n = args.gpus
-    base = dict(conversations=str(convs), target=str(tdir), model_dtype="bfloat16",
-                dtype="bfloat16", device="auto" if cuda else "cpu",
-                samples_per_shard=args.samples_per_shard,
-                max_tokens_per_batch=args.extract_batch_tokens,
-                max_seq_len=args.extract_len, progress=False)
     print(f"extraction: {args.extract_convs} random conversations of up to "
           f"{args.extract_len} tokens through the {shape['num_hidden_layers']}-layer, "
           f"hidden-{shape['hidden_size']} target (bf16)")
@@ -342,7 +411,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true",
                     help="CPU, gloo, tiny shapes: checks the code path (not a measurement)")
     ap.add_argument("--gpus", type=int, default=2, help="ranks of the N-GPU runs")
-    ap.add_argument("--parts", default="train,extract", help="train, extract or both")
+    ap.add_argument("--parts", default="train,extract",
+                    help="comma-separated: train, extract (1 vs N GPUs); loader, batching "
+                    "(one GPU: data workers 0 vs 2; extraction batched two ways)")
+    ap.add_argument("--grad-reduce-dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="the N-GPU training runs' --grad-reduce-dtype")
+    ap.add_argument("--batching-fp32", action="store_true",
+                    help="batching: also extract with an fp32 model (the tolerance check)")
     ap.add_argument("--work", default=None, help="work directory (targets and shards are "
                     "reused; default: a new temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the extracted shards")
@@ -378,21 +453,22 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, k) is None:
             setattr(args, k, v)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
-    if args.gpus < 2:
+    known = {"train", "extract", "loader", "batching"}
+    if args.gpus < 2 and parts & {"train", "extract"}:
         ap.error("--gpus: at least 2 (the runs on 1 GPU are the baseline)")
-    if not parts <= {"train", "extract"}:
-        ap.error(f"--parts: unknown part(s) {sorted(parts - {'train', 'extract'})}")
+    if not parts <= known:
+        ap.error(f"--parts: unknown part(s) {sorted(parts - known)}")
 
     import torch
 
     cuda = torch.cuda.is_available() and not args.tiny
     if not cuda and not args.tiny:
         ap.error("no GPU is visible: run on a machine with GPUs, or with --tiny (CPU, gloo)")
-    if cuda and torch.cuda.device_count() < args.gpus:
+    if cuda and parts & {"train", "extract"} and torch.cuda.device_count() < args.gpus:
         ap.error(f"--gpus {args.gpus} but {torch.cuda.device_count()} GPU(s) are visible")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
-    where = (f"{args.gpus} x {torch.cuda.get_device_name(0)}" if cuda else
+    where = (f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}" if cuda else
              f"CPU, gloo, {args.gpus} processes, tiny shapes (a code-path check, not figures)")
     print(f"bench/scale.py: {where}; work dir {work}")
     env_threads = {} if cuda else {"OMP_NUM_THREADS": "1"}
@@ -402,6 +478,10 @@ def main(argv: list[str] | None = None) -> int:
         results["train"] = train_part(args, work, cuda)
     if "extract" in parts:
         results["extract"] = extract_part(args, work, cuda)
+    if "loader" in parts:
+        results["loader"] = loader_part(args, work, cuda)
+    if "batching" in parts:
+        results["batching"] = batching_part(args, work, cuda)
     (work / "scale.json").write_text(json.dumps(results, indent=2, default=str))
     print(f"results: {work / 'scale.json'}")
     return 0

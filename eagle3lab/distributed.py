@@ -80,16 +80,23 @@ class Ranks:
     def __str__(self) -> str:
         return f"rank {self.rank} of {self.world_size}"
 
-    def sum(self, values: list[float]) -> list[float]:
-        """Element-wise sum over ranks (float64); the values themselves in one process."""
-        if not self.active:
-            return list(values)
+    def sum(self, values) -> list[float]:
+        """Element-wise sum over ranks (float64); the values themselves in one process.
+        values: numbers, or one 1-d tensor (on any device: summed where the backend works,
+        and read back once)."""
         import torch
-        import torch.distributed as dist
 
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64,
-                         device=self.device if self.backend == "nccl" else "cpu")
-        dist.all_reduce(t)
+        if isinstance(values, torch.Tensor):
+            t = values.detach().to(torch.float64)
+        else:
+            if not self.active:
+                return list(values)
+            t = torch.tensor([float(v) for v in values], dtype=torch.float64)
+        if self.active:
+            import torch.distributed as dist
+
+            t = t.to(self.device if self.backend == "nccl" else "cpu")
+            dist.all_reduce(t)
         return t.tolist()
 
     def gather(self, obj: Any) -> list[Any]:

@@ -104,6 +104,12 @@ class TrainConfig(StrictConfig):
                        "Adam state with FSDP2 instead of DDP")
     dist_timeout: float = Field(300.0, gt=0, description="seconds a collective waits for the "
                                 "other ranks before the job fails (torchrun)")
+    data_workers: int = Field(-1, ge=-1, description="DataLoader processes that read and "
+                              "collate the next steps while the device computes (-1: 2 on "
+                              "CUDA, 0 on CPU)")
+    grad_reduce_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="under torchrun: dtype the gradients are averaged across ranks "
+        "in (bfloat16 halves the bytes; DDP's bf16 compress hook / FSDP2's reduce_dtype)")
 
 
 def check_train_overrides(overrides: dict[str, Any], where: str, *, reserved: set[str],
@@ -117,7 +123,7 @@ def check_train_overrides(overrides: dict[str, Any], where: str, *, reserved: se
 
 #: Settings that may differ when resuming (they do not change what is computed).
 _RESUME_FREE = {"resume", "stop_after_steps", "progress", "device", "out", "cpu_threads",
-                "dist_timeout", "grad_accum"}  # world size x grad_accum: distributed.py
+                "dist_timeout", "grad_accum", "data_workers"}  # world size x grad_accum: distributed.py
 
 
 def check_resume_settings(run_config: dict[str, Any], cfg: TrainConfig, out) -> None:

@@ -81,6 +81,19 @@ class PackedData:
         n = sum(max(min(self._length_of[int(i)], self.max_tokens) - 1, 0) for i in batch)
         return min(n, self.max_tokens)
 
+    def loader(self, steps: list[list], dtype, *, workers: int = 0, pin: bool = False):
+        """The collated micro-batches of each optimizer step of `steps`, in order. workers
+        > 0: read and collated by that many torch DataLoader processes while the device
+        computes the steps before (pinned with pin=True, so the copy to the GPU is
+        asynchronous); 0: here, one step at a time, when asked for. The same tensors
+        either way."""
+        if workers <= 0:
+            return ([self.collate(ids, dtype) for ids in step] for step in steps)
+        from torch.utils.data import DataLoader
+
+        return iter(DataLoader(_CollatedSteps(self, steps, dtype), batch_size=None,
+                               num_workers=workers, pin_memory=pin, prefetch_factor=2))
+
     def collate(self, batch, dtype) -> dict[str, Any]:
         import torch
         from speculators.models.eagle3.data import shift_batch
@@ -98,6 +111,19 @@ class PackedData:
         out = CollateFn(width, hidden, int(samples[0]["hidden_states"].shape[-1]) // hidden,
                         dtype=dtype, preprocess=shift_batch)(samples)
         return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
+
+
+class _CollatedSteps:
+    """A map-style dataset over optimizer steps: item k = step k's collated micro-batches."""
+
+    def __init__(self, data: PackedData, steps: list[list], dtype):
+        self.data, self.steps, self.dtype = data, steps, dtype
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, k: int) -> list[dict[str, Any]]:
+        return [self.data.collate(ids, self.dtype) for ids in self.steps[k]]
 
 
 def split_samples(n: int, *, eval_fraction: float | None, data_fraction: float,

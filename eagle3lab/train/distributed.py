@@ -103,26 +103,46 @@ def check_shared_dir(d: Ranks, out: Path) -> None:
 
 
 # --- the model --------------------------------------------------------------------------
-def wrap_model(model, d: Ranks, *, fsdp: bool, device: str):
+def wrap_model(model, d: Ranks, *, fsdp: bool, device: str,
+               reduce_dtype: str = "float32"):
     """(model to train, the drafter inside it). DDP under torchrun; FSDP2 `fully_shard`
     (each decoder layer, then the whole drafter, as speculators does) with fsdp=True; the
-    drafter itself in one process."""
+    drafter itself in one process. reduce_dtype "bfloat16": gradients cross the ranks in
+    bf16 (half the bytes: DDP's `bf16_compress_hook`, FSDP2's `MixedPrecisionPolicy(
+    reduce_dtype=...)`), for links where the all-reduce of a large drafter's fp32
+    gradients, which cannot overlap its TTT backward (every shared weight's gradient is
+    complete only at the end), costs as much as the step."""
     if not d.active:
         return model, model
+    import torch
+
+    bf16 = reduce_dtype == "bfloat16"
     if fsdp:
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         mesh = init_device_mesh("cuda" if device.startswith("cuda") else "cpu",
                                 (d.world_size,))
+        mp = MixedPrecisionPolicy(reduce_dtype=torch.bfloat16 if bf16 else None)
         for layer in model.layers:
-            fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(layer, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
         return model, model
     from torch.nn.parallel import DistributedDataParallel
 
     ddp = DistributedDataParallel(
         model, device_ids=[device] if device.startswith("cuda") else None)
+    if bf16:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
+            bf16_compress_hook)
+
+        if d.backend != "nccl":
+            raise UserError(f"grad_reduce_dtype=bfloat16 (--grad-reduce-dtype) under DDP uses "
+                            f"PyTorch's bf16_compress_hook, which needs NCCL (GPUs); this run "
+                            f"uses {d.backend}. Leave it at float32, or add --fsdp (FSDP2 "
+                            f"reduces in bf16 on any backend).")
+
+        ddp.register_comm_hook(None, bf16_compress_hook)
     return ddp, model
 
 

@@ -31,7 +31,8 @@ from eagle3lab.distributed import Ranks, session
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, check_writable_dir
 from eagle3lab.train import distributed
-from eagle3lab.train.metrics import METRIC_DEFINITIONS, step_counts, summarize_counts
+from eagle3lab.train.metrics import (METRIC_DEFINITIONS, count_keys, step_count_tensor,
+                                     summarize_counts)
 from eagle3lab.train.checkpoints import (RUN_FORMAT, RUN_VERSION, list_checkpoints, load_checkpoint,
                           read_run, save_checkpoint, save_final, truncate_metrics, versions)
 from eagle3lab.train.config import ENGINE_PROFILES, TrainConfig, check_resume_settings
@@ -98,6 +99,25 @@ def _nonfinite_samples(data: PackedData, batch) -> list[int]:
                 and torch.isfinite(s["verifier_last_hidden_states"].float()).all()):
             bad.append(int(i))
     return bad
+
+
+def _loss_problem(seen, state, opt, cfg, data: PackedData, shards,
+                  rank_note: str) -> str | None:
+    """The message for this rank's first non-finite micro-batch loss of the step, or None
+    (asked only once the step's all-reduced flag says some rank saw one)."""
+    bad = [(loss, m, ids) for loss, m, ids in seen if not _finite(loss)]
+    if not bad:
+        return None
+    loss, m, ids = bad[0]
+    per_pos = [float(m[f"loss_{i}_sum"]) for i in range(cfg.ttt_steps)]
+    samples = _nonfinite_samples(data, ids)
+    return (f"Training stopped at step {state['step'] + 1} (epoch {state['epoch']}"
+            f"{rank_note}): the loss is {float(loss)} (per TTT position {per_pos}) at lr "
+            f"{opt.param_groups[0]['lr']:.3g}. "
+            + (f"The input features of sample(s) {samples} in {shards.path} are not finite: "
+               f"re-extract those conversations or drop them." if samples else
+               "The inputs are finite, so training diverged: lower lr, add warmup_steps, or "
+               "tighten grad_clip."))
 
 
 def _finite(x) -> bool:
@@ -180,7 +200,8 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
         drafter.lm_head.weight.requires_grad_(True)
     drafter.to(dev).train()
     # model: what the steps call (DDP wrapper, or the drafter); drafter: what is saved
-    model, drafter = distributed.wrap_model(drafter, d, fsdp=cfg.fsdp, device=dev)
+    model, drafter = distributed.wrap_model(drafter, d, fsdp=cfg.fsdp, device=dev,
+                                           reduce_dtype=cfg.grad_reduce_dtype)
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     total_steps, total_tokens = _plan_steps(train_data, cfg, d)
@@ -259,49 +280,46 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
     rank_note = f", rank {d.rank} of {d.world_size}" if d.active else ""
     micro_n = d.world_size * cfg.grad_accum  # micro-batches per optimizer step
     stopped = False
+    keys = count_keys(cfg.ttt_steps)
+    workers = cfg.data_workers if cfg.data_workers >= 0 else (2 if cuda else 0)
     while state["step"] < total_steps and not stopped:
         steps = train_data.steps(cfg.seed, state["epoch"], rank=d.rank,
                                  world_size=d.world_size, grad_accum=cfg.grad_accum)
-        for bi in range(state["batch"], len(steps)):
+        collated = train_data.loader(steps[state["batch"]:], dtype, workers=workers, pin=cuda)
+        for bi, micro in zip(range(state["batch"], len(steps)), collated):
             where["step"] = state["step"] + 1
             distributed.fault_point(d, state["step"] + 1)
             opt.zero_grad(set_to_none=True)
-            counts: dict[str, float] = {}
-            loss_sum, tokens, loss_tokens, problem = 0.0, 0, 0, None
-            for k, ids in enumerate(steps[bi]):
-                batch = {key: v.to(dev, non_blocking=True)
-                         for key, v in train_data.collate(ids, dtype).items()}
+            # the step's numbers stay on the device until one read after the all-reduce
+            sums = torch.zeros(3 + len(keys), dtype=torch.float64, device=dev)
+            seen = []  # (loss, metrics, sample ids) of each micro-batch, for a NaN report
+            for k, (ids, cpu_batch) in enumerate(zip(steps[bi], micro)):
+                batch = {key: v.to(dev, non_blocking=True) for key, v in cpu_batch.items()}
                 with distributed.grad_sync(model, sync=k == len(steps[bi]) - 1):
                     with autocast():
                         _, loss, m = model(**batch, **fwd_kw)
                     (loss / cfg.grad_accum if cfg.grad_accum > 1 else loss).backward()
-                if problem is None and not _finite(loss):
-                    per_pos = [float(m[f"loss_{i}_sum"]) for i in range(cfg.ttt_steps)]
-                    bad = _nonfinite_samples(train_data, ids)
-                    problem = (
-                        f"Training stopped at step {state['step'] + 1} (epoch {state['epoch']}"
-                        f"{rank_note}): the loss is {float(loss.detach())} (per TTT position "
-                        f"{per_pos}) at lr {opt.param_groups[0]['lr']:.3g}. "
-                        + (f"The input features of sample(s) {bad} in {shards.path} are not "
-                           f"finite: re-extract those conversations or drop them." if bad else
-                           "The inputs are finite, so training diverged: lower lr, add "
-                           "warmup_steps, or tighten grad_clip."))
-                for key, v in step_counts(m, batch["loss_mask"], cfg.ttt_steps,
-                                          cfg.ttt_step_loss_decay).items():
-                    counts[key] = counts.get(key, 0.0) + v
-                loss_sum += float(loss.detach())
-                tokens += train_data.batch_tokens(ids)
-                loss_tokens += int(batch["loss_mask"].sum())
-            # one all-reduce: NaN flag, objective, tokens and every raw count of the step
-            flag, loss_sum, tokens, loss_tokens, *summed = d.sum(
-                [problem is not None, loss_sum, tokens, loss_tokens, *counts.values()])
-            if flag:
-                fail(next(p for p in d.gather(problem) if p))
-            counts = dict(zip(counts, summed))
+                loss = loss.detach()
+                seen.append((loss, m, ids))
+                sums += torch.cat([(~torch.isfinite(loss)).to(torch.float64).reshape(1),
+                                   loss.to(torch.float64).reshape(1),
+                                   batch["loss_mask"].sum().to(torch.float64).reshape(1),
+                                   step_count_tensor(m, batch["loss_mask"], cfg.ttt_steps,
+                                                     cfg.ttt_step_loss_decay)])
+            tokens = sum(train_data.batch_tokens(ids) for ids in steps[bi])
             gn = distributed.clip_grad_norm(params, cfg.grad_clip)
-            if not _finite(gn):
+            # one all-reduce and one read: NaN flag, objective, tokens, every raw count, and
+            # the gradient norm (the same on every rank; averaged, so a NaN anywhere shows)
+            flag, loss_sum, loss_tokens, *summed, tokens, gn = d.sum(
+                torch.cat([sums, torch.tensor([tokens], dtype=torch.float64).to(dev),
+                           gn.detach().to(torch.float64).reshape(1) / d.world_size]))
+            if flag:
+                fail(next(p for p in d.gather(_loss_problem(
+                    seen, state, opt, cfg, train_data, shards, rank_note)) if p))
+            counts = dict(zip(keys, summed))
+            if not math.isfinite(gn):
                 fail(f"Training stopped at step {state['step'] + 1}: the gradient norm is "
-                     f"{float(gn)} at lr {opt.param_groups[0]['lr']:.3g}; lower lr or set "
+                     f"{gn} at lr {opt.param_groups[0]['lr']:.3g}; lower lr or set "
                      f"grad_clip.")
             lr = opt.param_groups[0]["lr"]
             opt.step()

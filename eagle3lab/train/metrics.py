@@ -38,20 +38,39 @@ METRIC_DEFINITIONS = {
 }
 
 
-def step_counts(metrics: dict, loss_mask, ttt_steps: int, decay: float) -> dict[str, float]:
-    """Raw counts for one batch. speculators reports each position's loss already
-    multiplied by decay**i and averaged over the batch's loss tokens; we undo the decay
-    and weight by the token count, so losses can be summed over batches."""
-    out: dict[str, float] = {}
+def count_keys(ttt_steps: int) -> list[str]:
+    """The names of one batch's raw counts, in `step_count_tensor`'s order."""
+    return [k for i in range(ttt_steps) for k in (
+        f"loss_{i}_sum", f"loss_{i}_n", f"full_acc_{i}_sum", f"full_acc_{i}_total",
+        f"cond_acc_{i}_sum", f"cond_acc_{i}_total")]
+
+
+def step_count_tensor(metrics: dict, loss_mask, ttt_steps: int, decay: float):
+    """Raw counts for one batch as one float64 tensor on the batch's device (in
+    `count_keys` order), without a host sync: the training loop sums these over a step's
+    micro-batches and all ranks, and reads them once per step. speculators reports each
+    position's loss already multiplied by decay**i and averaged over the batch's loss
+    tokens; we undo the decay and weight by the token count, so losses can be summed over
+    batches."""
+    import torch
+
+    dev = loss_mask.device
+    out = []
     for i in range(ttt_steps):
-        n = float(loss_mask[:, i:].sum())
+        n = loss_mask[:, i:].sum().to(torch.float64)
         w = decay ** i
-        out[f"loss_{i}_sum"] = float(metrics[f"loss_{i}_sum"]) / w * n if w else 0.0
-        out[f"loss_{i}_n"] = n
+        value = (lambda k: torch.as_tensor(metrics[k], device=dev).detach().to(torch.float64))
+        out += [value(f"loss_{i}_sum") / w * n if w else torch.zeros((), dtype=torch.float64,
+                                                                      device=dev), n]
         for kind in ("full_acc", "cond_acc"):
-            out[f"{kind}_{i}_sum"] = float(metrics[f"{kind}_{i}_sum"])
-            out[f"{kind}_{i}_total"] = float(metrics[f"{kind}_{i}_total"])
-    return out
+            out += [value(f"{kind}_{i}_sum"), value(f"{kind}_{i}_total")]
+    return torch.stack(out)
+
+
+def step_counts(metrics: dict, loss_mask, ttt_steps: int, decay: float) -> dict[str, float]:
+    """Raw counts for one batch, by name (`step_count_tensor` read on the host)."""
+    return dict(zip(count_keys(ttt_steps),
+                    step_count_tensor(metrics, loss_mask, ttt_steps, decay).tolist()))
 
 
 def summarize_counts(counts: dict[str, float], ttt_steps: int, decay: float) -> dict:

@@ -83,7 +83,7 @@ class ForeignSet(ShardSet):
     """A ShardSet over another tool's per-sample files: same samples dict, same checks.
 
     Subclasses set TOOL, FINAL_STATE, DEFAULT_CONVENTION and implement `_list` (sample
-    keys + files, no tensor loaded), `_read` (one sample: aux [T, A*H], last [T, H],
+    keys + file paths as str, no tensor loaded), `_read` (one sample: aux [T, A*H], last [T, H],
     input_ids, loss_mask), `_shapes` (the first sample's widths and dtype) and
     `_default_aux_ids`."""
 
@@ -261,7 +261,7 @@ class ForeignSet(ShardSet):
             yield s["input_ids"], s["loss_mask"]
 
     # --- to implement ----------------------------------------------------------------
-    def _list(self) -> list[tuple[int, Path]]:
+    def _list(self) -> list[tuple[int, str]]:
         raise NotImplementedError
 
     def _read(self, i: int):

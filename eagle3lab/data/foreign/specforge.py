@@ -94,8 +94,8 @@ class SpecForgeSet(ForeignSet):
               "specforge/data/preprocessing.py (OfflineEagle3Dataset)")
     KEYS = ("input_ids", "loss_mask", "aux_hidden_state", "hidden_state")
 
-    def _list(self) -> list[tuple[int, Path]]:
-        found: dict[int, Path] = {}
+    def _list(self) -> list[tuple[int, str]]:
+        found: dict[int, str] = {}  # str, not Path: 100k Path objects take seconds
         for group in os.scandir(self.path):
             if not (group.name.startswith("rows_") and group.is_dir()):
                 continue
@@ -106,14 +106,14 @@ class SpecForgeSet(ForeignSet):
                     if i in found:
                         raise UserError(f"Sample {i} is there twice: {found[i]} and "
                                         f"{e.path}; delete one.")
-                    found[i] = Path(e.path)
+                    found[i] = e.path
         return sorted(found.items())
 
     def _default_aux_ids(self, num_layers: int) -> list[int]:
         return [1, num_layers // 2 - 1, num_layers - 4]
 
     def _record(self, i: int) -> dict:
-        path = self.files[i][1]
+        path = Path(self.files[i][1])
         rec = safe_load(path)
         missing = [k for k in self.KEYS if k not in rec]
         if missing:

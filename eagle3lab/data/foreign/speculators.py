@@ -76,13 +76,13 @@ class SpeculatorsSet(ForeignSet):
             self._dataset = ds.with_format("torch")
         return self._dataset
 
-    def _list(self) -> list[tuple[int, Path]]:
+    def _list(self) -> list[tuple[int, str]]:
         hs = self.path / HS_DIR
         if not hs.is_dir():
             raise UserError(f"{hs} does not exist: the hidden states of a speculators set "
                             f"are in DATA/hidden_states (data_generation_offline.py's "
                             f"default output).")
-        found = sorted((int(m.group(1)), Path(e.path)) for e in os.scandir(hs)
+        found = sorted((int(m.group(1)), e.path) for e in os.scandir(hs)
                        if (m := _NAME.fullmatch(e.name)))
         rows = len(self._rows())
         beyond = [i for i, _ in found if i >= rows]
@@ -100,7 +100,7 @@ class SpeculatorsSet(ForeignSet):
 
         path = self.files[i][1]
         try:
-            h = safe_open(str(path), framework="pt")
+            h = safe_open(path, framework="pt")
             keys = set(h.keys())
         except Exception as e:  # noqa: BLE001 (truncated, not safetensors)
             raise UserError(f"{path} cannot be opened as safetensors ({e}); it is truncated "

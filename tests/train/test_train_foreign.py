@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "data"))
 from foreign_writers import to_specforge, to_speculators  # noqa: E402

@@ -1,8 +1,10 @@
-"""`eagle3lab vocab`: the draft vocabulary map (d2t offsets, t2d mask) of a shard set."""
+"""`eagle3lab vocab`: the draft vocabulary map (d2t offsets, t2d mask) of a shard set (ours,
+SpecForge's or speculators')."""
 
 from __future__ import annotations
 
 from eagle3lab.cli.common import add_command
+from eagle3lab.data.foreign import DATA_FORMATS
 
 
 def add_parser(sub) -> None:
@@ -14,7 +16,21 @@ def add_parser(sub) -> None:
         "SGLang reads them) and t2d (bool mask over the target vocab) to "
         "vocab_map.safetensors next to the shards, with its sha256 in manifest.json. Do not "
         "rebuild the map of a drafter you fine-tune: its head is indexed by the old one.")
-    p.add_argument("--data", required=True, help="shard directory (from `eagle3lab extract`)")
+    p.add_argument("--data", required=True, help="shard directory (from `eagle3lab extract`), "
+                   "or a SpecForge / speculators hidden-state directory")
+    p.add_argument("--data-format", choices=DATA_FORMATS, default="auto",
+                   help="format of --data (auto: detected)")
+    p.add_argument("--target", default=None, help="a SpecForge / speculators set: the target "
+                   "its states were captured from (asked once, then recorded in its "
+                   "eagle3lab.manifest.json)")
+    p.add_argument("--aux-ids", type=int, nargs="+", default=None,
+                   help="a SpecForge / speculators set: the aux layer ids it was captured "
+                   "with, in the tool's own convention (SpecForge: SGLang's, default "
+                   "[1, L//2-1, L-4]; speculators: vLLM's, default [2, L//2, L-3])")
+    p.add_argument("--from-recorded", action="store_true",
+                   help="a SpecForge / speculators set: take the map the tool recorded "
+                   "(SpecForge's vocab_mapping/vocab_mapping.pt; speculators' token_freq.pt) "
+                   "instead of counting the loss-masked tokens")
     p.add_argument("--draft-vocab-size", type=int, default=8192, help="draft vocabulary size")
     p.add_argument("--force", action="store_true", help="rebuild even if an equal map exists")
     p.add_argument("--no-verify", action="store_true",
@@ -26,7 +42,10 @@ def run(args) -> int:
     from eagle3lab.data.vocab import build_shard_vocab
 
     v = build_shard_vocab(data=args.data, draft_vocab_size=args.draft_vocab_size,
-                          force=args.force, verify=not args.no_verify)
+                          force=args.force, verify=not args.no_verify,
+                          data_format=args.data_format, target=args.target,
+                          aux_ids=args.aux_ids,
+                          source="recorded" if args.from_recorded else "counts")
     print(f"{args.data}/{v['file']}: {v['draft_vocab_size']} draft tokens cover "
           f"{v['coverage']:.1%} of {v['loss_tokens']:,} loss tokens "
           f"({v['distinct_loss_tokens']} distinct); sha256 {v['sha256'][:12]}...")

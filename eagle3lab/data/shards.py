@@ -262,6 +262,22 @@ class ShardSet:
         for i in range(self.num_samples):
             yield self[i]
 
+    def ids_and_masks(self) -> Iterator[tuple[Any, Any]]:
+        """(input_ids, loss_mask as bool) of each shard: the token counts' input, read
+        without the hidden states."""
+        import torch
+
+        for k in range(len(self.shards)):
+            h = self._handle(k)
+            yield (h.get_tensor("input_ids").to(torch.long),
+                   h.get_tensor("loss_mask").to(torch.bool))
+
+    def record(self, key: str, value: Any) -> None:
+        """Set one manifest field (e.g. the vocab map entry) and save manifest.json."""
+        manifest = read_manifest(self.path)
+        manifest[key] = self.manifest[key] = value
+        write_manifest(self.path, manifest)
+
     def lengths(self) -> list[int]:
         out: list[int] = []
         for k in range(len(self.shards)):

@@ -16,7 +16,10 @@ from typing import Any
 
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_path, sha256_file
-from eagle3lab.data.shards import VOCAB_MAP, ShardSet, read_manifest, write_manifest
+from eagle3lab.data.shards import VOCAB_MAP, ShardSet
+
+#: Where a vocab map's token counts may come from.
+VOCAB_SOURCES = ("counts", "recorded")
 
 
 def token_counts(shards: ShardSet):
@@ -24,12 +27,31 @@ def token_counts(shards: ShardSet):
     import torch
 
     counts = torch.zeros(int(shards.manifest["target"]["vocab_size"]), dtype=torch.int64)
-    for k in range(len(shards.shards)):
-        h = shards._handle(k)
-        ids = h.get_tensor("input_ids").to(torch.long)
-        mask = h.get_tensor("loss_mask").to(torch.bool)
+    for ids, mask in shards.ids_and_masks():
         counts += torch.bincount(ids[mask], minlength=counts.numel())
     return counts
+
+
+def _recorded(shards, draft_vocab_size: int):
+    """(d2t, t2d, counts or None, what) from what the other tool recorded: SpecForge's
+    vocab_mapping.pt as it is, or speculators' token_freq.pt through the same rule as our
+    counts (which is speculators' own rule: most frequent first, ties by lower id)."""
+    recorded_map = getattr(shards, "recorded_map", lambda: None)()
+    if recorded_map is not None:
+        d2t, t2d = recorded_map
+        check_vocab_map(d2t, t2d, int(shards.manifest["target"]["vocab_size"]))
+        if d2t.numel() != draft_vocab_size:
+            raise UserError(f"{shards.path}'s recorded vocab map has {d2t.numel()} draft "
+                            f"tokens, not --draft-vocab-size {draft_vocab_size}.")
+        return d2t, t2d, None, "the vocab map recorded by " + shards.TOOL
+    counts = getattr(shards, "recorded_counts", lambda: None)()
+    if counts is None:
+        raise UserError(f"{shards.path} has no recorded vocab map or token frequencies "
+                        f"(SpecForge's vocab_mapping/vocab_mapping.pt, speculators' "
+                        f"token_freq.pt); build the map from the loss-masked tokens instead "
+                        f"(source 'counts', the default).")
+    d2t, t2d = build_vocab_map(counts, draft_vocab_size)
+    return d2t, t2d, counts, f"the token frequencies recorded by {shards.TOOL}"
 
 
 def build_vocab_map(counts, draft_vocab_size: int):
@@ -75,26 +97,46 @@ def check_vocab_map(d2t, t2d, target_vocab: int) -> None:
 
 
 def build_shard_vocab(*, data: str | os.PathLike, draft_vocab_size: int = 8192,
-                      force: bool = False, verify: bool = True) -> dict[str, Any]:
+                      force: bool = False, verify: bool = True, data_format: str = "auto",
+                      target: str | None = None, aux_ids: list[int] | None = None,
+                      source: str = "counts") -> dict[str, Any]:
     """Build the map from a shard set's loss-masked tokens; save it next to the shards and
     record file, sha256 and coverage in the manifest. Returns the manifest entry.
 
     An equal map that is already there (same size, same tokens, file intact) is kept.
     verify: check the shards' recorded sha256s before counting (cached by size and mtime,
-    see `ShardSet.verify`)."""
+    see `ShardSet.verify`). data_format / target / aux_ids: a SpecForge or speculators set
+    (`eagle3lab.data.foreign.open_shards`; target and aux ids are recorded on first use).
+    source: 'counts' (the loss-masked tokens of the set) or 'recorded' (what the other
+    tool recorded: SpecForge's vocab_mapping.pt, speculators' token_freq.pt)."""
     from safetensors.torch import save_file
 
-    shards = ShardSet(data)
+    from eagle3lab.data.foreign import open_shards
+
+    if source not in VOCAB_SOURCES:
+        raise UserError(f"Unknown vocab map source {source!r}; use one of "
+                        f"{', '.join(VOCAB_SOURCES)}.")
+    shards = open_shards(data, data_format=data_format, target=target, aux_ids=aux_ids)
     existing = shards.manifest.get("vocab_map")
     kept = shards.path / (existing or {}).get("file", VOCAB_MAP)
     if existing and not force and existing.get("draft_vocab_size") == draft_vocab_size \
             and existing.get("built_from_tokens") == shards.num_tokens \
+            and existing.get("source_kind", "counts") == source \
             and kept.is_file() and sha256_file(kept) == existing.get("sha256"):
         return existing
     if verify:
         shards.verify()
-    counts = token_counts(shards)
-    d2t, t2d = build_vocab_map(counts, draft_vocab_size)
+    what = "loss-masked token frequencies of this shard set"
+    if source == "recorded":
+        if not hasattr(shards, "TOOL"):
+            raise UserError(f"{shards.path} is an eagle3lab shard set: nothing else recorded "
+                            f"a vocab map for it; use source 'counts'.")
+        d2t, t2d, counts, what = _recorded(shards, draft_vocab_size)
+        if counts is None:
+            counts = token_counts(shards)
+    else:
+        counts = token_counts(shards)
+        d2t, t2d = build_vocab_map(counts, draft_vocab_size)
     path = Path(data) / VOCAB_MAP
     with atomic_path(path) as tmp:
         save_file({"d2t": d2t.contiguous(), "t2d": t2d.contiguous()}, str(tmp),
@@ -106,13 +148,12 @@ def build_shard_vocab(*, data: str | os.PathLike, draft_vocab_size: int = 8192,
         "draft_vocab_size": draft_vocab_size,
         "target_vocab_size": int(counts.numel()),
         "convention": "d2t[i] = target_id(i) - i (offsets); t2d bool mask over target vocab",
-        "source": "loss-masked token frequencies of this shard set",
+        "source": what,
+        "source_kind": source,
         "built_from_tokens": shards.num_tokens,
         "loss_tokens": total,
         "distinct_loss_tokens": int((counts > 0).sum()),
         "coverage": (float(counts[t2d].sum()) / total) if total else None,
     }
-    manifest = read_manifest(data)
-    manifest["vocab_map"] = entry
-    write_manifest(Path(data), manifest)
+    shards.record("vocab_map", entry)
     return entry

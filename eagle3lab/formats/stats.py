@@ -162,10 +162,10 @@ def load_token_counts(path: str | os.PathLike):
 
     p = Path(path)
     if p.is_dir():
-        from eagle3lab.data.shards import ShardSet
+        from eagle3lab.data.foreign import open_shards
         from eagle3lab.data.vocab import token_counts
 
-        return token_counts(ShardSet(p))
+        return token_counts(open_shards(p))
     if p.suffix == ".safetensors":
         from safetensors.torch import load_file
 

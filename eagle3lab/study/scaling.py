@@ -27,7 +27,7 @@ def study_eval_split(study_dir: str | os.PathLike) -> dict[str, Any]:
     """What every run of the study evaluates on, and how: the held-out shards (or the
     samples held out of the train shards), the batch size that packs them, and the TTT
     depth, loss and decay of the metrics."""
-    from eagle3lab.data.shards import ShardSet
+    from eagle3lab.data.foreign import open_shards
     from eagle3lab.train import TrainConfig, split_samples
 
     cfg = json.loads((Path(study_dir) / "study.json").read_text())["config"]
@@ -36,7 +36,7 @@ def study_eval_split(study_dir: str | os.PathLike) -> dict[str, Any]:
         data, indices = cfg["eval_data"], None
     else:  # plan_study uses data_seed 0 for every run when it holds out part of the data
         data = cfg["data"]
-        indices = split_samples(len(ShardSet(data)), eval_fraction=t["eval_fraction"],
+        indices = split_samples(len(open_shards(data)), eval_fraction=t["eval_fraction"],
                                 data_fraction=1.0, data_seed=0)[1].tolist()
     return {"data": data, "indices": indices, "max_tokens_per_batch": t["max_tokens_per_batch"],
             "ttt_steps": t["ttt_steps"], "decay": t["ttt_step_loss_decay"],
@@ -47,10 +47,10 @@ def drafter_misfit(drafter: str | os.PathLike, *, data: str | os.PathLike) -> li
     """The checkpoint doctor's fit errors for `drafter` against the target the shards in
     `data` were extracted from ([] = it fits and can be evaluated on them), e.g. the
     shipped drafter against the demo's tiny random target: hidden size 576 vs 64."""
-    from eagle3lab.data.shards import ShardSet
+    from eagle3lab.data.foreign import open_shards
     from eagle3lab.specdec.load import FIT_CODES, fit_errors
 
-    target = ShardSet(data).manifest["target"]["path"]
+    target = open_shards(data).manifest["target"]["path"]
     return [f"[{f.code}] {f.message}"
             for f in fit_errors(drafter, target=target, codes=FIT_CODES + ("aux-layers",))[1]]
 
@@ -67,14 +67,15 @@ def evaluate_drafter(drafter: str | os.PathLike, *, eval_data: str | os.PathLike
     verifier norm and head, restricted by its own t2d, so a drafter whose vocab map differs
     from the shards' (e.g. trained on other data) is evaluated correctly. `ttt_steps` need
     not be the depth it was trained with: pass the study's so the columns line up."""
-    from eagle3lab.data.shards import ShardSet
+    from eagle3lab.data.foreign import open_shards
     from eagle3lab.target.adapter import resolve_device
-    from eagle3lab.train import PackedData, check_drafter_against_shards, evaluate, load_drafter
+    from eagle3lab.train import (PackedData, check_drafter_against_shards, evaluate,
+                                 load_drafter, match_final_state)
 
     path = Path(drafter)
     if not (path / "config.json").is_file():
         raise UserError(f"{path} is not a saved drafter (no config.json).")
-    shards = ShardSet(eval_data)
+    shards = open_shards(eval_data)
     target = shards.manifest["target"]
     record = path / "eagle3lab.json"
     made_for = (json.loads(record.read_text()).get("data", {}).get("train", {})
@@ -91,6 +92,7 @@ def evaluate_drafter(drafter: str | os.PathLike, *, eval_data: str | os.PathLike
     dev = resolve_device(device)
     # the shards' target, wherever it is now (config.json may name another machine's path)
     model = load_drafter(path, target=target["path"]).to(dev)
+    match_final_state(model, shards)
     data = PackedData(shards, range(len(shards)) if indices is None else indices,
                       max_tokens_per_batch)
     return evaluate(model, data, ttt_steps=ttt_steps, decay=decay, loss_fn=loss_fn, device=dev)
@@ -110,9 +112,9 @@ def vocab_coverage(t2d, *, data: str | os.PathLike, indices: list[int] | None = 
     Teacher-forced accuracy compares with the target's best token WITHIN the drafter's own
     draft vocab, so it cannot see tokens outside it; for greedy responses this is how often
     the target's choice can be drafted at all."""
-    from eagle3lab.data.shards import ShardSet
+    from eagle3lab.data.foreign import open_shards
 
-    s = ShardSet(data)
+    s = open_shards(data)
     inside = total = 0
     for i in range(len(s)) if indices is None else indices:
         x = s[int(i)]
@@ -206,10 +208,10 @@ def large_data_row(drafter: str | os.PathLike, study_dir: str | os.PathLike, *,
            "draft_vocab_coverage": None if t2d is None else
            vocab_coverage(t2d, data=split["data"], indices=split["indices"])}
     if acceptance is not None:
-        from eagle3lab.data.shards import ShardSet
+        from eagle3lab.data.foreign import open_shards
 
         row["accept_len"] = acceptance(Path(drafter),
-                                       target=ShardSet(split["data"]).manifest["target"]["path"])
+                                       target=open_shards(split["data"]).manifest["target"]["path"])
     return row
 
 
@@ -220,14 +222,14 @@ def data_scaling_table(study_dir: str | os.PathLike, table, large: dict[str, Any
     holds (the study runs share the train shards' map)."""
     import pandas as pd
 
-    from eagle3lab.data.shards import ShardSet
+    from eagle3lab.data.foreign import open_shards
 
     final = table[table["multiplier"] == table["multiplier"].max()] if len(table) else table
     rows = final.assign(kind=CPU_KIND, tokens_processed=final["tokens"],
                         epochs=final["epochs_over_subset"]) if len(final) else final
     if len(rows):
         split = study_eval_split(study_dir)
-        t2d = ShardSet(split["train_data"]).vocab_map()[1]
+        t2d = open_shards(split["train_data"]).vocab_map()[1]
         rows = rows.assign(ttt_steps_trained=split["ttt_steps"],
                            draft_vocab_coverage=vocab_coverage(
                                t2d, data=split["data"], indices=split["indices"]))

@@ -68,10 +68,10 @@ class StudyConfig(StrictConfig):
 def full_epoch_tokens(data: str, max_tokens_per_batch: int = 2048,
                       eval_fraction: float | None = None) -> int:
     """Tokens one pass over the full training set processes (what the budget counts)."""
-    from eagle3lab.data.shards import ShardSet
+    from eagle3lab.data.foreign import open_shards
     from eagle3lab.train import split_samples
 
-    s = ShardSet(data)
+    s = open_shards(data)
     idx, _ = split_samples(len(s), eval_fraction=eval_fraction, data_fraction=1.0, data_seed=0)
     lengths = s.lengths()
     return sum(max(min(lengths[i], max_tokens_per_batch) - 1, 0) for i in idx)

@@ -18,13 +18,14 @@ re-exports the public names, so `from eagle3lab.train import X` works for each o
 from eagle3lab.train.checkpoints import RUN_FORMAT, RUN_VERSION, is_finished, pack_drafter, read_run
 from eagle3lab.train.config import ENGINE_PROFILES, TrainConfig
 from eagle3lab.train.data import PackedData, shard_identity, split_samples
-from eagle3lab.train.drafter import build_drafter, check_drafter_against_shards, draft_layer_config, load_drafter
+from eagle3lab.train.drafter import build_drafter, check_drafter_against_shards, draft_layer_config, load_drafter, match_final_state
 from eagle3lab.train.evaluation import evaluate
 from eagle3lab.train.loop import TrainingDiverged, train, train_run
 
 __all__ = [
     "ENGINE_PROFILES", "RUN_FORMAT", "RUN_VERSION", "PackedData", "TrainConfig",
     "TrainingDiverged", "build_drafter", "check_drafter_against_shards", "draft_layer_config",
-    "evaluate", "is_finished", "load_drafter", "pack_drafter", "read_run", "shard_identity", "split_samples",
+    "evaluate", "is_finished", "load_drafter", "match_final_state", "pack_drafter",
+    "read_run", "shard_identity", "split_samples",
     "train", "train_run",
 ]

@@ -37,6 +37,9 @@ class TrainConfig(StrictConfig):
 
     data: str = Field(description="train shard directory (made by `eagle3lab extract`, "
                       "with a vocab map)")
+    data_format: Literal["auto", "eagle3lab", "specforge", "speculators"] = Field(
+        "auto", description="format of data (eval_data: detected): eagle3lab shards, SpecForge's "
+        "rows_*/data_*.ckpt or speculators' hidden_states/hs_*.safetensors (auto: detected)")
     out: str = Field(description="run directory: run.json, metrics.jsonl, checkpoints/, "
                      "final/")
     eval_data: str | None = Field(None, description="held-out shards; None = hold out "

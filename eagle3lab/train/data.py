@@ -143,7 +143,9 @@ def split_samples(n: int, *, eval_fraction: float | None, data_fraction: float,
 def shard_identity(shards) -> dict[str, Any]:
     """What a run records about a shard set, and what must match to resume into it."""
     m = shards.manifest
-    return {"path": str(Path(shards.path).resolve()), "target": m["target"],
+    return {"path": str(Path(shards.path).resolve()), "format": getattr(shards, "TOOL", None)
+            or "eagle3lab", "final_state": m.get("final_state", "pre_norm"),
+            "target": m["target"],
             "aux_layers": m["aux_layers"], "dtype": m.get("dtype"),
             "conversations_sha256": m.get("conversations", {}).get("sha256"),
             "vocab_map_sha256": (m.get("vocab_map") or {}).get("sha256"),
@@ -178,10 +180,11 @@ def prepare_data(cfg: TrainConfig, *, verify: bool = True, verbose: bool = True)
     verbose=False: no printed note (ranks other than 0)."""
     from transformers import AutoConfig
 
-    from eagle3lab.data.shards import ShardSet
+    from eagle3lab.data.foreign import open_shards
     from eagle3lab.target.adapter import config_sha256
 
-    shards = ShardSet(cfg.data, verify=verify)
+    shards = open_shards(cfg.data, verify=verify, data_format=cfg.data_format,
+                         target=cfg.target)
     d2t, t2d = shards.vocab_map()
     t = shards.manifest["target"]
     target_path = cfg.target or t["path"]
@@ -194,7 +197,13 @@ def prepare_data(cfg: TrainConfig, *, verify: bool = True, verbose: bool = True)
                         f"{shards.path} were extracted from: config sha256 {got[:12]}..., "
                         f"manifest {t['config_sha256'][:12]}.... Pass the right --target.")
     if cfg.eval_data:
-        ev = ShardSet(cfg.eval_data, verify=verify)
+        ev = open_shards(cfg.eval_data, verify=verify, target=cfg.target)
+        final = (shards.manifest.get("final_state", "pre_norm"),
+                 ev.manifest.get("final_state", "pre_norm"))
+        if final[0] != final[1]:
+            raise UserError(f"The training data ({shards.path}) holds the {final[0]} final "
+                            f"state, the eval data ({ev.path}) the {final[1]} one: a drafter "
+                            f"computes its targets one way. Use eval data of the same tool.")
         ev.check_against(hidden_size=t["hidden_size"], aux=shards.aux,
                          vocab_size=t["vocab_size"], config_sha256=t["config_sha256"],
                          what=f"the training shards ({shards.path})")

@@ -90,6 +90,21 @@ def load_drafter(path: str | os.PathLike, *, attn: str = "sdpa", target: str | N
     return model
 
 
+def match_final_state(model, shards) -> None:
+    """Make the drafter compute its targets as the shards' final state needs: speculators
+    computes lm_head(verifier_norm(state)) from the input of the final norm; a set holding
+    the norm's OUTPUT (SpecForge's `hidden_state`) gets lm_head(state), its verifier norm
+    replaced by the identity (never saved: speculators does not save verifier weights).
+    Prevents targets normalised twice, which no error would reveal."""
+    import torch
+
+    state = shards.manifest.get("final_state", "pre_norm")
+    if state == "normed":
+        model.verifier_norm = torch.nn.Identity()
+    elif state != "pre_norm":
+        raise UserError(f"{shards.path}: unknown final_state {state!r} in its manifest.")
+
+
 def check_drafter_against_shards(drafter_cfg: dict[str, Any], shards, d2t, what: str) -> None:
     """Refuse shards whose features/vocab differ from a drafter config (config.json dict)."""
     import torch

@@ -37,7 +37,7 @@ from eagle3lab.train.checkpoints import (RUN_FORMAT, RUN_VERSION, list_checkpoin
                           read_run, save_checkpoint, save_final, truncate_metrics, versions)
 from eagle3lab.train.config import ENGINE_PROFILES, TrainConfig, check_resume_settings
 from eagle3lab.train.data import PackedData, compare_identity, prepare_data, shard_identity
-from eagle3lab.train.drafter import build_drafter, init_from
+from eagle3lab.train.drafter import build_drafter, init_from, match_final_state
 from eagle3lab.train.evaluation import evaluate
 from eagle3lab.workdir import FINAL
 
@@ -194,6 +194,7 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
     drafter = build_drafter(target_path=target_path, aux=aux, d2t=d2t, t2d=t2d,
                             serve_engine=cfg.serve_engine, ttt_steps=cfg.ttt_steps,
                             num_layers=cfg.num_layers, attn=cfg.draft_attn)
+    match_final_state(drafter, shards)
     if cfg.init_from:
         init_from(drafter, cfg.init_from, shards, d2t)
     if cfg.train_lm_head:

@@ -71,3 +71,22 @@ def torchrun(nproc: int, *args, module: str | None = "eagle3lab", timeout: float
                        env={**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"})
     assert r.returncode == 0, f"{cmd}\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
     return r
+
+
+def edit_config(path: Path, fn) -> Path:
+    """Apply `fn` to a checkpoint's config.json (a dict, edited in place) and save it."""
+    cfg = json.loads((path / "config.json").read_text())
+    fn(cfg)
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    return path
+
+
+def edit_state(path: Path, fn) -> Path:
+    """Apply `fn` to a checkpoint's model.safetensors state dict and save it back."""
+    from safetensors.torch import load_file, save_file
+
+    f = path / "model.safetensors"
+    state = load_file(str(f))
+    fn(state)
+    save_file(state, str(f), metadata={"format": "pt"})
+    return path

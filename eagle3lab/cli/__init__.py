@@ -36,6 +36,7 @@ SUBCOMMAND_MODULES = [
     "eagle3lab.cli.train",
     "eagle3lab.cli.inspect",
     "eagle3lab.cli.convert",
+    "eagle3lab.cli.preflight",
     "eagle3lab.cli.accept",
     "eagle3lab.cli.demo",
     "eagle3lab.cli.serve",

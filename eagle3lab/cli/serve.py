@@ -32,6 +32,9 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind; anything but loopback is reachable from outside")
     p.add_argument("--port", type=int, default=30000, help="port to listen on")
+    p.add_argument("--force", action="store_true",
+                   help="serve even when the launch's preflight (eagle3lab preflight) finds "
+                   "an error")
 
 
 def run(args) -> int:
@@ -47,6 +50,34 @@ def run(args) -> int:
     draft_tokens = args.draft_tokens
     if draft and draft_tokens is None and args.topk == 1:
         draft_tokens = args.steps + 1
+    if draft:
+        refused = _preflight(args, draft, draft_tokens)
+        if refused is not None:
+            return refused
     return serve(target=args.target, draft=draft, steps=args.steps, topk=args.topk,
                  draft_tokens=draft_tokens, host=args.host, port=args.port,
                  device=args.device)
+
+
+def _preflight(args, draft, draft_tokens) -> int | None:
+    """Judge this launch as `eagle3lab preflight` would; 1 (after printing the findings)
+    when it finds an error and --force is not given."""
+    import sys
+
+    from eagle3lab.preflight.run import preflight
+
+    argv = ["eagle3lab", "serve", "--target", args.target, "--draft", str(draft),
+            "--steps", str(args.steps), "--topk", str(args.topk)]
+    if draft_tokens is not None:
+        argv += ["--draft-tokens", str(draft_tokens)]
+    report = preflight(argv)
+    if report.ok:
+        return None
+    if args.force:
+        print(f"eagle3lab serve: preflight found {len(report.errors())} error(s); serving "
+              f"anyway (--force).", file=sys.stderr, flush=True)
+        return None
+    print(report.table(), file=sys.stderr)
+    print("eagle3lab serve: error: preflight refuses this launch; fix it or pass --force.",
+          file=sys.stderr)
+    return 1

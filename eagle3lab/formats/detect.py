@@ -19,6 +19,9 @@ Format = Literal["speculators", "eagle3", "unknown"]
 
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.")
 RECORD_KEY = "eagle3lab"  # our provenance block inside a checkpoint's config.json
+#: The config fields of a multi-latent-attention (DeepSeek-V2 MLA) draft layer.
+MLA_DIMS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+            "v_head_dim")
 
 
 def key_layout(keys) -> str:
@@ -108,6 +111,8 @@ class DraftConfig:
     record: dict[str, Any] | None  # our provenance block
     dtype: str | None
     raw: dict[str, Any]
+    mla: dict[str, int | None] | None = None  # multi-latent attention dims (kv_lora_rank set)
+    trained_override: list[int] | None = None  # capture points given by the user (preflight)
 
     def recorded_capture_points(self) -> list[int] | None:
         """What training recorded (our provenance block), if anything."""
@@ -126,6 +131,8 @@ class DraftConfig:
         convention of that format's engine (speculators: vLLM's; flat EAGLE-3 configs:
         SGLang's).
         """
+        if self.trained_override is not None:
+            return list(self.trained_override), "given (--trained-aux-layers)"
         rec = self.recorded_capture_points()
         if rec is not None:
             return rec, "eagle3lab record"
@@ -198,4 +205,5 @@ def parse_draft_config(config: dict[str, Any] | None) -> DraftConfig:
         dtype=str(config.get("dtype") or config.get("torch_dtype") or layer.get("dtype")
                   or layer.get("torch_dtype") or "") or None,
         raw=config,
+        mla={k: _int(layer.get(k)) for k in MLA_DIMS} if "kv_lora_rank" in layer else None,
     )

@@ -68,7 +68,51 @@ CODES: dict[str, tuple[str, str]] = {
         "Retrain without the variant, or serve with an engine that implements it."),
     "dtype": ("Mixed dtypes, or float32 weights the engine will cast.",
               "Save in the serving dtype (bfloat16) to halve size and avoid surprises."),
+    # Launch-level codes (eagle3lab preflight: the whole serving command, not only the drafter).
+    "aux-capture": (
+        "The engine version does not capture aux hidden states from the target's model class: "
+        "SGLang 0.5.23 and vLLM refuse to start; older SGLang builds serve the last layer's "
+        "state alone, fc is bypassed and accept length is ~1.00.",
+        "Serve a target class the engine captures from (eagle3lab preflight lists the "
+        "table), or an engine version that implements set_eagle3_layers_to_capture "
+        "(SGLang) / SupportsEagle3 (vLLM) for it."),
+    "launch-command": (
+        "The launch command cannot be judged or would not start: not an SGLang/vLLM/eagle3lab "
+        "serve command, no EAGLE-3 drafter in it, a value of the wrong type, or the engine's "
+        "own argument parser refuses it.",
+        "Fix the flag named in the message; run the engine's --help for its spelling."),
+    "unresolved": (
+        "The target or the drafter is a hub id with no local or cached config.json, so the "
+        "checks that need it were not run.",
+        "Download it first (huggingface-cli download ID) or pass a local directory."),
+    "draft-tokens": (
+        "Chain/tree settings the engine overrides or refuses: with topk 1 the draft is a chain "
+        "and SGLang forces --speculative-num-draft-tokens to steps + 1; a tree needs more "
+        "draft tokens than one.",
+        "Chain: pass --speculative-num-draft-tokens = steps + 1. Tree: topk > 1 and draft "
+        "tokens between 2 and topk x steps + 1."),
+    "tp-heads": (
+        "The tensor-parallel size does not divide the attention heads (or the key/value "
+        "heads, or is not a multiple of them) of the target or of the drafter: the engine "
+        "asserts at start.", "Choose a tp size that divides the head counts."),
+    "context-length": (
+        "The launch's context length exceeds what the drafter (max_position_embeddings) or the "
+        "target supports: acceptance collapses on long prompts, or the engine refuses.",
+        "Lower --context-length / --max-model-len, or raise the drafter's "
+        "max_position_embeddings to the target's (RoPE needs no retraining for it)."),
+    "launch-dtype": (
+        "The serving dtype differs from the one the drafter or target was saved in "
+        "(float16 over bfloat16 weights overflows; float32 doubles memory).",
+        "Serve in the checkpoint's dtype (--dtype bfloat16 or auto)."),
+    "startup-warning": (
+        "A known start-up message this command will make the engine print, explained.",
+        "Usually none: read the explanation; it says when to act."),
 }
+
+
+#: The codes only `eagle3lab preflight` emits (planted-fault tests in tests/preflight/).
+LAUNCH_CODES = ("aux-capture", "launch-command", "unresolved", "draft-tokens", "tp-heads",
+                "context-length", "launch-dtype", "startup-warning")
 
 
 @dataclasses.dataclass
@@ -102,8 +146,26 @@ def warning(code: str, message: str, **kw) -> Finding:
     return Finding(code, "warning", message, **kw)
 
 
+class FindingsVerdict:
+    """`ok`, `codes`, `errors()` over a `findings` list (the doctor's and preflight's
+    reports)."""
+
+    findings: list[Finding]
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    @property
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+
 @dataclasses.dataclass
-class Report:
+class Report(FindingsVerdict):
     """What `inspect` found. `ok` is True when no finding has severity error."""
 
     checkpoint: str
@@ -116,17 +178,6 @@ class Report:
     target: dict[str, Any] | None
     key_layout: str
     seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return not any(f.severity == "error" for f in self.findings)
-
-    @property
-    def codes(self) -> list[str]:
-        return [f.code for f in self.findings]
-
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
 
     def to_dict(self) -> dict[str, Any]:
         return {"checkpoint": self.checkpoint, "format": self.format, "engine": self.engine,
@@ -146,18 +197,7 @@ class Report:
                  f"target      {_target_line(self.target)}",
                  f"tensors     {len(self.tensors)}",
                  ""]
-        if self.findings:
-            sev_w = max([len("SEVERITY")] + [len(f.severity) for f in self.findings])
-            code_w = max([len("CODE")] + [len(f.code) for f in self.findings])
-            lines.append(f"{'SEVERITY':<{sev_w}}  {'CODE':<{code_w}}  MESSAGE")
-            indent = " " * (sev_w + code_w + 4)
-            for f in sorted(self.findings, key=lambda f: (f.severity != "error",
-                                                          f.severity != "warning")):
-                msg = _wrap(f.message, width - len(indent))
-                lines.append(f"{f.severity:<{sev_w}}  {f.code:<{code_w}}  {msg[0]}")
-                lines += [indent + m for m in msg[1:]]
-        else:
-            lines.append("no findings")
+        lines += findings_lines(self.findings, width=width)
         for s in self.skipped:
             lines.append(f"skipped: {s['check']}: {s['reason']}")
         if show_tensors:
@@ -172,6 +212,25 @@ class Report:
         lines.append(f"{'OK' if self.ok else 'NOT OK'}: {n_err} error(s), {n_warn} warning(s) "
                      f"for {self.engine} ({self.seconds:.2f} s)")
         return "\n".join(lines)
+
+
+def findings_lines(findings: list[Finding], *, width: int = 100) -> list[str]:
+    """Findings as aligned lines (errors first, then warnings, then infos)."""
+    if not findings:
+        return ["no findings"]
+    sev_w = max([len("SEVERITY")] + [len(f.severity) for f in findings])
+    code_w = max([len("CODE")] + [len(f.code) for f in findings])
+    lines = [f"{'SEVERITY':<{sev_w}}  {'CODE':<{code_w}}  MESSAGE"]
+    indent = " " * (sev_w + code_w + 4)
+    for f in sorted(findings, key=lambda f: (f.severity != "error", f.severity != "warning")):
+        msg = _wrap(f.message, width - len(indent))
+        lines.append(f"{f.severity:<{sev_w}}  {f.code:<{code_w}}  {msg[0]}")
+        lines += [indent + m for m in msg[1:]]
+    return lines
+
+
+def info(code: str, message: str, **kw) -> Finding:
+    return Finding(code, "info", message, **kw)
 
 
 def _target_line(t: dict[str, Any] | None) -> str:

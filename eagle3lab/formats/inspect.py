@@ -22,7 +22,7 @@ from eagle3lab.formats.detect import (DraftConfig, canonical_key, detect_format,
                      parse_draft_config)
 from eagle3lab.formats.findings import Finding, Report, error, warning
 from eagle3lab.formats.profiles import (DEFAULT_ENGINE, INPUT_NORM, EngineProfile, capture_range,
-                                        engine_key, get_profile)
+                                        drafter_profile, engine_key, get_profile)
 from eagle3lab.formats.reader import Checkpoint
 from eagle3lab.formats.schema import (draft_tensors, engine_capture, engine_param_keys,
                                       engine_required, engine_target_hidden, flag_read_by, num_aux)
@@ -30,10 +30,13 @@ from eagle3lab.formats.targetinfo import TargetInfo, target_info
 
 
 def inspect_checkpoint(checkpoint: str | os.PathLike, *, target: str | os.PathLike | None = None,
-                       engine: str | None = None, check_values: bool = True) -> Report:
+                       engine: str | None = None, check_values: bool = True,
+                       trained_capture: list[int] | None = None) -> Report:
     """Inspect a drafter checkpoint directory for `engine` (default: where its format is
     usually served: eagle3 -> sglang, speculators -> vllm). `target`: a directory with the
-    target's config.json or a preset name; without it, target checks are skipped."""
+    target's config.json or a preset name; without it, target checks are skipped.
+    `trained_capture`: the capture points training used, when the checkpoint does not record
+    them (or to override its record)."""
     t0 = time.perf_counter()
     path = Path(checkpoint)
     if not path.is_dir():
@@ -41,21 +44,22 @@ def inspect_checkpoint(checkpoint: str | os.PathLike, *, target: str | os.PathLi
     tinfo: TargetInfo | None = target_info(target) if target is not None else None
     ck = Checkpoint(path)
     try:
-        return _inspect(ck, tinfo, engine, check_values, t0)
+        return _inspect(ck, tinfo, engine, check_values, t0, trained_capture)
     finally:
         ck.close()
 
 
 def _inspect(ck: Checkpoint, tinfo: TargetInfo | None, engine: str | None, check_values: bool,
-             t0: float) -> Report:
+             t0: float, trained_capture: list[int] | None = None) -> Report:
     findings: list[Finding] = []
     skipped: list[dict[str, str]] = []
     for p in ck.problems:
         findings.append(error("unreadable", f"{p.file}: {p.message}.", found=p.file))
     keys = list(ck.tensors)
     fmt = detect_format(keys, ck.config)
-    profile = get_profile(engine or DEFAULT_ENGINE[fmt])
     cfg = parse_draft_config(ck.config)
+    cfg.trained_override = list(trained_capture) if trained_capture is not None else None
+    profile = drafter_profile(get_profile(engine or DEFAULT_ENGINE[fmt]), cfg.architectures)
     if fmt == "unknown":
         findings.append(error("format-unknown", f"Neither layout recognised: keys "
                               f"{key_layout(keys)!r}, config layout {cfg.layout!r} "
@@ -163,8 +167,12 @@ def _layout_and_keys(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile,
     need = engine_required(profile, cfg, drafted, tinfo.vocab_size if tinfo else None)
     missing = sorted(k for k in need if k not in present)
     if missing:
+        hint = (" Without d2t the draft ids are taken as target ids: a smaller draft "
+                "vocabulary then proposes the wrong tokens (vLLM serves it at accept length "
+                "~1.1)." if "d2t" in missing else "")
         out.append(error("missing-keys", f"{len(missing)} tensor(s) {profile.name} needs are "
-                         f"absent: {_short(missing)}.", tensor=missing[0], expected=missing))
+                         f"absent: {_short(missing)}.{hint}", tensor=missing[0],
+                         expected=missing))
     return out
 
 

@@ -54,6 +54,16 @@ MLP_PARTS = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight
 NORM_PARTS = ("input_layernorm.weight", "post_attention_layernorm.weight")
 FIRST_LAYER_EXTRA = ("hidden_norm.weight",)
 
+#: Multi-latent attention (DeepSeek-V2 MLA) of SGLang 0.5.23's Kimi-K2.x drafter
+#: `Eagle3DeepseekV2ForCausalLM` (srt/models/kimi_k25_eagle3.py: `Eagle3MLADecoderLayer`
+#: over `DeepseekV2AttentionMLA` of srt/models/deepseek_v2.py; q_a_proj and
+#: kv_a_proj_with_mqa are fused at load into fused_qkv_a_proj_with_mqa, 2 x hidden wide).
+MLA_ATTN_PARTS = ("self_attn.q_a_proj.weight", "self_attn.q_a_layernorm.weight",
+                  "self_attn.q_b_proj.weight", "self_attn.kv_a_proj_with_mqa.weight",
+                  "self_attn.kv_a_layernorm.weight", "self_attn.kv_b_proj.weight",
+                  "self_attn.o_proj.weight")
+MLA_ARCHITECTURE = "Eagle3DeepseekV2ForCausalLM"
+
 INPUT_NORM = "input_norm.weight"
 VERIFIER_KEYS = ("verifier_lm_head.weight", "verifier_norm.weight")
 
@@ -128,6 +138,23 @@ SGLANG_0523 = dataclasses.replace(
     fc_norm="config",
     norm_output="config",
     multi_layer=True,
+    architectures=("LlamaForCausalLMEagle3", MLA_ARCHITECTURE),
+)
+
+#: SGLang 0.5.23 with the MLA drafter class (srt/models/kimi_k25_eagle3.py): `layers.0.` ->
+#: `midlayer.` (a `midlayer.` key loads too), other keys under `model.`; an unknown name is
+#: skipped with the warning "Eagle3 MLA: skipping unexpected weight"; no input_norm;
+#: fc_norm from `fc_norm`/`use_aux_norm`; `norm_output`; num_hidden_layers must be 1.
+SGLANG_0523_MLA = dataclasses.replace(
+    SGLANG_0523,
+    title="SGLang 0.5.23, Eagle3DeepseekV2ForCausalLM (MLA drafter of Kimi-K2.x)",
+    key_renames=(("midlayer", "layers.0"),),
+    unknown_keys="warn-drop",
+    input_norm="never",
+    input_norm_flag_paths=(),
+    multi_layer=False,
+    refusal_effect="SGLang logs 'Eagle3 MLA: skipping unexpected weight' and serves its "
+                   "freshly initialised parameter instead",
 )
 
 VLLM = EngineProfile(
@@ -194,6 +221,15 @@ def get_profile(engine: str) -> EngineProfile:
     return PROFILES[engine]
 
 
+def drafter_profile(profile: EngineProfile, architectures) -> EngineProfile:
+    """The profile of the drafter class the engine picks from `architectures[0]`: SGLang
+    0.5.23 builds the MLA drafter with its own loader (SGLANG_0523_MLA)."""
+    first = architectures[0] if architectures else None
+    if profile.name == SGLANG_0523.name and first == MLA_ARCHITECTURE:
+        return SGLANG_0523_MLA
+    return profile
+
+
 def engine_key(profile: EngineProfile, key: str) -> str:
     """A checkpoint key as the engine renames it before looking for its parameter."""
     for old, new in profile.key_renames:
@@ -202,10 +238,11 @@ def engine_key(profile: EngineProfile, key: str) -> str:
     return key
 
 
-def layer_parts(layer: int, *, attention_bias: bool) -> list[str]:
-    """Checkpoint-relative names of one decoder layer's tensors (layer 0 has hidden_norm)."""
-    parts = list(ATTN_PARTS) + list(MLP_PARTS) + list(NORM_PARTS)
-    if attention_bias:
+def layer_parts(layer: int, *, attention_bias: bool, mla: bool = False) -> list[str]:
+    """Checkpoint-relative names of one decoder layer's tensors (layer 0 has hidden_norm);
+    `mla`: multi-latent attention projections instead of q/k/v."""
+    parts = list(MLA_ATTN_PARTS if mla else ATTN_PARTS) + list(MLP_PARTS) + list(NORM_PARTS)
+    if attention_bias and not mla:
         parts += list(ATTN_BIAS_PARTS)
     if layer == 0:
         parts += list(FIRST_LAYER_EXTRA)

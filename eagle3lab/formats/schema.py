@@ -94,7 +94,9 @@ def draft_tensors(cfg: DraftConfig, *, n_aux: int = 3, target_hidden: int | None
             "mlp.down_proj.weight": shp(H, I), "input_layernorm.weight": shp(H),
             "post_attention_layernorm.weight": shp(H), "hidden_norm.weight": shp(H),
         }
-        for part in layer_parts(i, attention_bias=cfg.attention_bias):
+        if cfg.mla is not None:
+            shapes.update(_mla_shapes(cfg, d_in, shp))
+        for part in layer_parts(i, attention_bias=cfg.attention_bias, mla=cfg.mla is not None):
             out[f"layers.{i}.{part}"] = Expect(shapes[part], True, "decoder layer")
     out["fc.weight"] = Expect(shp(H, n_aux * Ht if Ht else None), True, "fuses the aux states")
     out["norm.weight"] = Expect(shp(H), True, "final norm")
@@ -111,6 +113,27 @@ def draft_tensors(cfg: DraftConfig, *, n_aux: int = 3, target_hidden: int | None
     return out
 
 
+def _mla_shapes(cfg: DraftConfig, d_in, shp) -> dict[str, tuple[int, ...] | None]:
+    """Multi-latent attention (DeepseekV2AttentionMLA with q_lora_rank) tensor shapes."""
+    m, nh, H = cfg.mla or {}, cfg.num_attention_heads, cfg.hidden_size
+    q, kv = m.get("q_lora_rank"), m.get("kv_lora_rank")
+    nope, rope, v = m.get("qk_nope_head_dim"), m.get("qk_rope_head_dim"), m.get("v_head_dim")
+
+    def mul(a, b):
+        return a * b if a is not None and b is not None else None
+
+    def add(a, b):
+        return a + b if a is not None and b is not None else None
+
+    return {"self_attn.q_a_proj.weight": shp(q, d_in),
+            "self_attn.q_a_layernorm.weight": shp(q),
+            "self_attn.q_b_proj.weight": shp(mul(nh, add(nope, rope)), q),
+            "self_attn.kv_a_proj_with_mqa.weight": shp(add(kv, rope), d_in),
+            "self_attn.kv_a_layernorm.weight": shp(kv),
+            "self_attn.kv_b_proj.weight": shp(mul(nh, add(nope, v)), kv),
+            "self_attn.o_proj.weight": shp(H, mul(nh, v))}
+
+
 def engine_param_keys(profile: EngineProfile, cfg: DraftConfig) -> set[str]:
     """Checkpoint keys (after the engine's renames) that the engine loads into a parameter.
 
@@ -122,7 +145,8 @@ def engine_param_keys(profile: EngineProfile, cfg: DraftConfig) -> set[str]:
     for i in range(n_layers):
         prefix = "midlayer." if (i == 0 and profile.layer_prefixes == ("midlayer.",)) \
             else f"layers.{i}."
-        keys |= {prefix + p for p in layer_parts(i, attention_bias=bias)}
+        keys |= {prefix + p for p in layer_parts(i, attention_bias=bias,
+                                                 mla=cfg.mla is not None)}
     keys |= {"fc.weight", "norm.weight", "embed_tokens.weight", "d2t", "t2d"}
     tied = profile.config_layout == "flat" and profile.name.startswith("sglang") and \
         cfg.tie_word_embeddings

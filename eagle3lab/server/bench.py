@@ -103,19 +103,29 @@ def benchmark_arms(arms: dict, *, prompts: list, run_dir: str | Path, tokenizer=
                    startup_timeout_s: float = 600.0, silence_s: float = 120.0,
                    baseline: str = "baseline",
                    on_change: Callable[[dict], None] | None = None,
-                   log: Callable[[str], None] = print) -> BenchResult:
+                   log: Callable[[str], None] = print, force: bool = False,
+                   preflights: dict | None = None) -> BenchResult:
     """Start each arm's server (LaunchConfig) in turn, wait for it with the watchdog,
     send the same requests, read its info and log, stop it (always, also on error). An
-    arm whose server does not become ready is recorded in `skipped` with the reason."""
+    arm whose server does not become ready, or whose preflight finds an error (unless
+    `force`; `preflights`: reports already made per arm), is recorded in `skipped` with
+    the reason."""
     import pandas as pd
 
+    from eagle3lab.preflight.run import PreflightRefused
     from eagle3lab.server.launch import start
     from eagle3lab.server.logs import analyse_log
 
     requests = build_requests(prompts, tokenizer)
     frames, decode, watch, logs, infos, stops, skipped = [], [], {}, {}, {}, {}, {}
     for arm, cfg in arms.items():
-        handle = start(cfg, run_dir=run_dir, name=arm)
+        try:
+            handle = start(cfg, run_dir=run_dir, name=arm, force=force,
+                           preflight=(preflights or {}).get(arm))
+        except PreflightRefused as e:
+            skipped[arm] = str(e)
+            log(f"[{arm}] not started: {e}")
+            continue
         log(f"[{arm}] {' '.join(handle.argv)}")
         for note in handle.notes:
             log(f"[{arm}] {note}")

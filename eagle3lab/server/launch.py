@@ -125,7 +125,8 @@ class LaunchConfig(StrictConfig):
         return argv + list(self.extra_args)
 
 
-def _version_tuple(v: str) -> tuple[int, ...]:
+def version_tuple(v: str) -> tuple[int, ...]:
+    """'0.5.23' -> (0, 5, 23); suffixes such as 'rc1' or '+cu128' are ignored."""
     parts = []
     for p in v.split(".")[:3]:
         digits = "".join(ch for ch in p if ch.isdigit())
@@ -143,7 +144,7 @@ def installed_sglang_version() -> str | None:
 
 
 def _cuda_graph_max_bs_flag(version: str | None) -> str:
-    v = _version_tuple(version or installed_sglang_version() or PINNED_SGLANG)
+    v = version_tuple(version or installed_sglang_version() or PINNED_SGLANG)
     return next(flag for first, flag in CUDA_GRAPH_MAX_BS_FLAGS if v >= first)
 
 
@@ -200,6 +201,7 @@ class ServerHandle:
     proc: subprocess.Popen
     config: LaunchConfig | None = None
     check: dict[str, Any] | None = None
+    preflight: dict[str, Any] | None = None  # PreflightReport.to_dict() of this launch
     notes: list[str] = dataclasses.field(default_factory=list)
     faulthandler_ok: bool = False  # the process registered faulthandler on SIGUSR1
     started_at: float = dataclasses.field(default_factory=time.time)
@@ -244,7 +246,8 @@ class ServerHandle:
 def start_command(argv: list[str], *, run_dir: str | Path, name: str = "server",
                   url: str | None = None, env: dict[str, str] | None = None,
                   faulthandler_ok: bool = False, config: LaunchConfig | None = None,
-                  check: dict[str, Any] | None = None) -> ServerHandle:
+                  check: dict[str, Any] | None = None,
+                  preflight: dict[str, Any] | None = None) -> ServerHandle:
     """Start any server command in its own process group, logging to RUN_DIR/NAME.log (an
     earlier NAME.log is renamed NAME.N.log, so each log holds one start)."""
     run_dir = Path(run_dir)
@@ -257,15 +260,20 @@ def start_command(argv: list[str], *, run_dir: str | Path, name: str = "server",
         log_path.rename(run_dir / f"{name}.{n}.log")
     atomic_write_json(run_dir / f"{name}.launch.json", {
         "argv": argv, "url": url, "env": env or {}, "started": dt.datetime.now().isoformat(),
-        "config": config.model_dump() if config else None, "sglang_check": check})
+        "config": config.model_dump() if config else None, "sglang_check": check,
+        "preflight": preflight})
     proc = process.start_group(argv, log_path=log_path, env=env)
     return ServerHandle(name=name, argv=argv, url=url, log_path=log_path, run_dir=run_dir,
-                        proc=proc, config=config, check=check, faulthandler_ok=faulthandler_ok)
+                        proc=proc, config=config, check=check, preflight=preflight,
+                        faulthandler_ok=faulthandler_ok)
 
 
 def start(config: LaunchConfig, *, run_dir: str | Path, name: str | None = None,
-          check: bool = True) -> ServerHandle:
-    """Check (SGLang engine, where sglang imports) and start the server of `config`."""
+          check: bool = True, force: bool = False, preflight=None) -> ServerHandle:
+    """Check (SGLang's parser where sglang imports; with a draft, the whole launch's
+    preflight: eagle3lab/preflight/) and start the server of `config`. A preflight error
+    refuses the start (`PreflightRefused`, naming every finding) unless `force`;
+    `preflight`: a PreflightReport already made for this config (notebook 04 shows it)."""
     if config.port == 0:
         config = config.model_copy(update={"port": free_port(config.host)})
     argv = config.to_argv()
@@ -281,12 +289,23 @@ def start(config: LaunchConfig, *, run_dir: str | Path, name: str | None = None,
         elif result.get("stubbed"):
             notes.append("Launch command checked with SGLang's prepare_server_args "
                          f"(stand-in for {', '.join(result['stubbed'])}, not installed here).")
+    report = None
+    if check and config.draft:
+        from eagle3lab.preflight.run import PreflightRefused, preflight_launch
+
+        report = preflight or preflight_launch(config, parser_result=result)
+        if not report.ok and not force:
+            raise PreflightRefused(report, name or config.engine)
+        if not report.ok and config.engine == "reference":
+            argv.append("--force")  # the reference server runs the same preflight itself
+        notes += [f"Preflight {f.severity} [{f.code}]: {f.message}" for f in report.findings
+                  if f.severity == "error" or f.severity == "warning"]
     note = exposure_note(config.host)
     if note:
         notes.append(note)
     handle = start_command(argv, run_dir=run_dir, name=name or config.engine,
                            url=config.url, env=config.env or None,
                            faulthandler_ok=config.engine == "reference", config=config,
-                           check=result)
+                           check=result, preflight=report.to_dict() if report else None)
     handle.notes = notes
     return handle

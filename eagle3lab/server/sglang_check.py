@@ -36,7 +36,9 @@ import types
 REPORTED = ("model_path", "tp_size", "host", "port", "speculative_algorithm",
             "speculative_draft_model_path", "speculative_num_steps",
             "speculative_eagle_topk", "speculative_num_draft_tokens", "disable_cuda_graph",
-            "cuda_graph_max_bs", "max_running_requests", "device")
+            "cuda_graph_max_bs", "max_running_requests", "device", "context_length",
+            "dtype", "attention_backend", "trust_remote_code",
+            "speculative_draft_model_revision", "revision", "quantization")
 
 
 class _AnythingMeta(type):

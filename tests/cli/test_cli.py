@@ -43,7 +43,7 @@ def _option(cmd: str, flag: str):
     ("--device", ["accept", "extract", "regenerate", "self-prompt", "serve"]),
     ("--dtype", ["accept", "regenerate", "self-prompt"]),
     ("--no-progress", ["extract", "regenerate", "self-prompt", "report", "demo"]),
-    ("--json", ["accept", "inspect", "logs"]),
+    ("--json", ["accept", "inspect", "logs", "preflight"]),
     ("--system-prompt", ["regenerate", "self-prompt"]),
 ])
 def test_shared_options_are_one_definition(flag, cmds):

@@ -6,11 +6,11 @@ a fault, so every fault is checked against an otherwise good checkpoint.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
+from testutil import edit_config, edit_state
 
 
 @pytest.fixture(scope="session")
@@ -37,22 +37,8 @@ class Planter:
         self.n += 1
         return Path(shutil.copytree(self.fx[kind], self.tmp / f"{kind}-{self.n}"))
 
-    @staticmethod
-    def config(path: Path, fn) -> Path:
-        cfg = json.loads((path / "config.json").read_text())
-        fn(cfg)
-        (path / "config.json").write_text(json.dumps(cfg, indent=2))
-        return path
-
-    @staticmethod
-    def state(path: Path, fn) -> Path:
-        from safetensors.torch import load_file, save_file
-
-        f = path / "model.safetensors"
-        state = load_file(str(f))
-        fn(state)
-        save_file(state, str(f), metadata={"format": "pt"})
-        return path
+    config = staticmethod(edit_config)
+    state = staticmethod(edit_state)
 
 
 @pytest.fixture

@@ -321,9 +321,12 @@ def test_every_code_has_a_planted_fault_test():
     import inspect as pyinspect
     import sys
 
+    from eagle3lab.formats.findings import LAUNCH_CODES
+
     src = pyinspect.getsource(sys.modules[__name__])
     for code in CODES:
-        assert f'"{code}"' in src, code
+        if code not in LAUNCH_CODES:  # preflight's own: tests/preflight/
+            assert f'"{code}"' in src, code
 
 
 def test_preset_target_uses_prepared_config_only(fx, tmp_path, monkeypatch):

@@ -1,0 +1,119 @@
+"""Does this engine version capture aux hidden states from this target's model class?
+
+Prevents serving a correct drafter behind a target class that never hands it the three aux
+layers (the deepest failure of the case that motivated eagle3lab: accept length 1.00, fc
+bypassed, no error). The facts are tables in capture_tables/, never guesses in code:
+- `sglang-VERSION.json`: generated from that SGLang's `srt/models/` by
+  gen_capture_table.py (every EntryClass architecture, with or without capture);
+- `sglang-reported.json`: reported cases of older builds whose source was not read in full
+  (early-2026 Kimi-K2.5 wrapper that did not forward the capture);
+- `vllm.json`: vLLM classes read from its source (SupportsEagle3), not complete.
+An architecture a table does not list is "unknown" and said so, never "fine".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import Any, Literal
+
+from eagle3lab.preflight.gen_capture_table import TABLE_DIR
+from eagle3lab.server.launch import version_tuple
+
+Status = Literal["yes", "no", "unknown"]
+
+
+@functools.lru_cache(maxsize=None)
+def load_table(name: str) -> dict[str, Any]:
+    """A committed table by file stem (e.g. 'sglang-0.5.23', 'vllm')."""
+    return json.loads((TABLE_DIR / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def sglang_generated_versions() -> list[str]:
+    """Versions with a generated table, oldest first."""
+    names = [p.stem.split("-", 1)[1] for p in TABLE_DIR.glob("sglang-*.json")
+             if p.stem != "sglang-reported"]
+    return sorted(names, key=version_tuple)
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptureVerdict:
+    engine: str
+    version: str
+    architecture: str | None
+    status: Status
+    table: str  # which table answered
+    entry: dict[str, Any] | None
+    note: str  # how the answer was reached (fallbacks said plainly)
+    absent_behaviour: str  # what the engine does without capture
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def capture_verdict(*, engine: str, version: str | None,
+                    architecture: str | None) -> CaptureVerdict:
+    """The capture-support answer for `architecture` (the target's architectures[0])."""
+    if engine == "reference":
+        return CaptureVerdict(engine, "eagle3lab", architecture, "yes", "reference", None,
+                              "the reference server captures by forward hooks on any "
+                              "transformers decoder (eagle3lab/target/adapter.py)", "")
+    if engine == "vllm":
+        t = load_table("vllm")
+        entry = t["architectures"].get(architecture or "")
+        if entry is not None:
+            return CaptureVerdict(engine, version or t["version"], architecture,
+                                  "yes" if entry["capture"] else "no", "vllm", entry,
+                                  f"vLLM table ({t['version']})", t["absent_behaviour"])
+        return CaptureVerdict(engine, version or t["version"], architecture, "unknown", "vllm",
+                              None, "not in the vLLM table, which lists only classes read "
+                              "from vLLM's source (it is not complete)", t["absent_behaviour"])
+    return _sglang_verdict(version, architecture)
+
+
+def _sglang_verdict(version: str | None, arch: str | None) -> CaptureVerdict:
+    versions = sglang_generated_versions()
+    v = version or versions[-1]
+    older = [x for x in versions if version_tuple(x) <= version_tuple(v)]
+    if older:  # a generated table for this version or the newest one before it
+        name = f"sglang-{older[-1]}"
+        t = load_table(name)
+        entry = t["architectures"].get(arch or "")
+        note = f"generated from SGLang {older[-1]}'s source" + (
+            "" if older[-1] == v else f" (no table for {v}; the newest older one)")
+        if entry is None:
+            return CaptureVerdict("sglang", v, arch, "unknown", name, None, note + "; the "
+                                  "architecture is not an EntryClass there (SGLang would not "
+                                  "load it natively)", t["absent_behaviour"])
+        return CaptureVerdict("sglang", v, arch, "yes" if entry["capture"] else "no", name,
+                              entry, note, t["absent_behaviour"])
+    rep = load_table("sglang-reported")
+    entry = rep["architectures"].get(arch or "")
+    if entry is not None:
+        return CaptureVerdict("sglang", v, arch, "yes" if entry["capture"] else "no",
+                              "sglang-reported", entry, "a reported case of builds before "
+                              f"{versions[0]}", rep["absent_behaviour"])
+    first = load_table(f"sglang-{versions[0]}")
+    later = first["architectures"].get(arch or "")
+    if later is not None and not later["capture"]:
+        return CaptureVerdict("sglang", v, arch, "no", f"sglang-{versions[0]}", later,
+                              f"SGLang {versions[0]} has no capture for it, and capture "
+                              f"support only grew over releases", rep["absent_behaviour"])
+    return CaptureVerdict("sglang", v, arch, "unknown", f"sglang-{versions[0]}", later,
+                          f"SGLang {versions[0]} " + ("captures from it" if later else
+                                                      "does not list it") +
+                          f"; this older build ({v}) was not read", rep["absent_behaviour"])
+
+
+def table_sizes() -> list[dict[str, Any]]:
+    """Per table: engine, version, architectures with and without capture."""
+    out = []
+    for p in sorted(TABLE_DIR.glob("*.json")):
+        t = load_table(p.stem)
+        archs = t["architectures"].values()
+        out.append({"table": p.stem, "engine": t["engine"], "version": t["version"],
+                    "with_capture": sum(bool(e["capture"]) for e in archs),
+                    "without_capture": sum(not e["capture"] for e in archs),
+                    "complete": t.get("complete", True)})
+    return out

@@ -1,0 +1,317 @@
+"""`preflight(command)`: the whole launch judged before a GPU is spent -> `PreflightReport`.
+
+Prevents starting a server that cannot work, and saying "fine" about what was not checked:
+the command is parsed as the engine reads it (command.py; SGLang's own parser runs beside
+the checks where sglang imports), the target and drafter are resolved (local directory,
+prepared preset, or a hub id only where a cached config exists; otherwise `unresolved`
+says so), the doctor (eagle3lab.formats.inspect) runs for that engine and version, the
+capture tables answer for the target's class (capture.py), and the launch checks
+(checks.py) are added. Exit codes of the CLI: 0 no error, 1 errors, 2 not judged.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from eagle3lab.errors import UserError
+from eagle3lab.formats.findings import (Finding, FindingsVerdict, error, findings_lines, info,
+                                        warning)
+from eagle3lab.preflight import checks
+from eagle3lab.preflight.capture import capture_verdict, version_tuple
+from eagle3lab.preflight.command import LaunchSpec, parse_command
+
+#: The first SGLang release with the multi-layer drafter loader (`layers.N.*`, norms):
+#: older ones load `midlayer.*` only (the doctor's portable "sglang" profile).
+MULTI_LAYER_SGLANG = "0.5.23"
+
+
+@dataclasses.dataclass
+class PreflightReport(FindingsVerdict):
+    command: list[str]
+    engine: str
+    version: str
+    profile: str | None  # the doctor's engine profile
+    spec: dict[str, Any]
+    target: dict[str, Any]  # {"given", "path", "architectures", "text_architecture", ...}
+    draft: dict[str, Any]
+    parser: dict[str, Any] | None  # SGLang's prepare_server_args result
+    capture: dict[str, Any] | None
+    aux: dict[str, Any] | None  # the doctor's aux summary: where read, convention, points
+    findings: list[Finding]
+    skipped: list[dict[str, str]]
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["findings"] = [f.to_dict() for f in self.findings]
+        d["ok"] = self.ok
+        d["seconds"] = round(self.seconds, 3)
+        return d
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    def table(self, width: int = 100) -> str:
+        aux = self.aux or {}
+        lines = [f"engine      {self.engine} {self.version} (doctor profile {self.profile})",
+                 f"target      {self.target.get('path') or self.target.get('given')} "
+                 f"({self.target.get('architecture')})",
+                 f"drafter     {self.draft.get('path') or self.draft.get('given')}",
+                 f"capture     {(self.capture or {}).get('status', '-')} "
+                 f"({(self.capture or {}).get('note', '')})"]
+        if aux:
+            lines.append(f"aux layers  engine reads {aux.get('engine_reads')} "
+                         f"({aux.get('convention')} convention) -> capture points "
+                         f"{aux.get('engine_capture_points')}; trained on "
+                         f"{aux.get('training_capture_points')} ({aux.get('training_source')})")
+        if self.parser:
+            lines.append(f"parser      SGLang prepare_server_args: {self.parser.get('status')}"
+                         + (f" ({self.parser.get('reason')})" if self.parser.get("reason")
+                            else ""))
+        lines += [""] + findings_lines(self.findings, width=width)
+        lines += [f"skipped: {s['check']}: {s['reason']}" for s in self.skipped]
+        n_warn = sum(f.severity == "warning" for f in self.findings)
+        lines += ["", f"{'OK' if self.ok else 'NOT OK'}: {len(self.errors())} error(s), "
+                      f"{n_warn} warning(s) ({self.seconds:.2f} s)"]
+        return "\n".join(lines)
+
+
+def resolve_model(given: str | None, *, what: str) -> tuple[Path | None, str | None]:
+    """(local directory with config.json, None) or (None, why not): a directory, a prepared
+    preset, or a hub id whose files are in the local Hugging Face cache."""
+    from eagle3lab.config import TARGET_PRESETS, preset_dir
+
+    if not given:
+        return None, f"the command names no {what}"
+    p = Path(given).expanduser()
+    if p.is_dir():
+        return (p, None) if (p / "config.json").is_file() else (
+            None, f"{given} has no config.json")
+    if given in TARGET_PRESETS and (preset_dir(given) / "config.json").is_file():
+        return preset_dir(given), None
+    if given.count("/") == 1 and not given.startswith((".", "/")):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(given, "config.json")
+        except Exception:  # an invalid repo id, an unreadable cache
+            cached = None
+        if isinstance(cached, str):
+            return Path(cached).parent, None
+        return None, (f"{given} looks like a hub id with no cached config.json "
+                      f"(preflight never downloads)")
+    return None, f"{given} is neither a directory nor a cached hub id"
+
+
+def _read_config(d: Path | None) -> dict[str, Any] | None:
+    from eagle3lab.formats.reader import read_config
+
+    return read_config(d) if d is not None else None
+
+
+def doctor_engine(spec: LaunchSpec, version: str, draft_dir: Path | None) -> str:
+    """The doctor's engine profile for this launch."""
+    if spec.engine == "vllm":
+        return "vllm"
+    if spec.engine == "reference":
+        from eagle3lab.formats.reader import Checkpoint
+        from eagle3lab.specdec.load import native_engine
+
+        if draft_dir is None:
+            return "speculators"
+        ck = Checkpoint(draft_dir)
+        try:
+            return native_engine(ck.format)
+        finally:
+            ck.close()
+    return "sglang-0.5.23" if version_tuple(version) >= version_tuple(MULTI_LAYER_SGLANG) \
+        else "sglang"
+
+
+def resolve_version(spec: LaunchSpec, given: str | None) -> str:
+    """The engine release judged for: given, else the installed/pinned SGLang."""
+    if given:
+        return given
+    if spec.engine == "sglang":
+        from eagle3lab.server.launch import PINNED_SGLANG, installed_sglang_version
+
+        return installed_sglang_version() or PINNED_SGLANG
+    if spec.engine == "vllm":
+        return "unknown"
+    from eagle3lab import __version__
+
+    return __version__
+
+
+def preflight(command: str | list[str], *, engine_version: str | None = None,
+              trained_aux_layers: list[int] | None = None, trained_convention: str = "vllm",
+              check_values: bool = False, engine_parser: bool = True,
+              parser_result: dict[str, Any] | None = None,
+              parser_timeout_s: float = 120.0) -> PreflightReport:
+    """Judge a launch command. `engine_version`: the engine release to judge for (default:
+    the installed SGLang, else the pinned one; vLLM: unknown). `trained_aux_layers`: the
+    ids training used, in `trained_convention`, when the drafter does not record them.
+    `engine_parser`: also run SGLang's own parser (a subprocess, beside the checks);
+    `parser_result`: its result when the caller already has it."""
+    t0 = time.perf_counter()
+    spec = parse_command(command)
+    version = resolve_version(spec, engine_version)
+    findings: list[Finding] = []
+    skipped: list[dict[str, str]] = []
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    future = None
+    if spec.engine == "sglang" and engine_parser and parser_result is None:
+        from eagle3lab.server.launch import check_argv_with_sglang
+
+        future = pool.submit(check_argv_with_sglang, spec.argv, timeout_s=parser_timeout_s)
+    try:
+        findings += [warning("launch-command", f"Arguments this preflight does not read: "
+                             f"{' '.join(spec.unknown)} (the engine's own parser judges "
+                             f"them).", found=spec.unknown)] if spec.unknown and \
+            spec.engine == "vllm" else []
+        if spec.engine == "reference" and spec.flags.get("speculative") and not spec.draft:
+            from eagle3lab.workdir import drafter_or_default
+
+            spec.draft = str(drafter_or_default(None, spec.target))
+        tdir, twhy = resolve_model(spec.target, what="target")
+        ddir, dwhy = resolve_model(spec.draft, what="drafter") if spec.speculative else (None,
+                                                                                      None)
+        for who, given, why in (("target", spec.target, twhy), ("drafter", spec.draft, dwhy)):
+            if why and (who == "target" or spec.speculative):
+                findings.append(warning("unresolved", f"The {who} {given!r} was not judged: "
+                                        f"{why}.", found=given))
+        if not spec.speculative:
+            findings.append(_not_speculative(spec))
+        tcfg = _read_config(tdir)
+        profile = doctor_engine(spec, version, ddir) if spec.speculative else None
+        text = (tcfg or {}).get("text_config") if isinstance((tcfg or {}).get("text_config"),
+                                                             dict) else tcfg
+        arch = ((tcfg or {}).get("architectures") or [None])[0]
+        text_arch = ((text or {}).get("architectures") or [None])[0] if text is not tcfg \
+            else None
+        text_arch = text_arch or ((text or {}).get("model_type") if text is not tcfg else None)
+        capture = None
+        if tcfg is not None and spec.speculative:
+            v = capture_verdict(engine=spec.engine, version=version, architecture=arch)
+            capture = v.to_dict()
+            findings += checks.capture_findings(v, text_arch=text_arch)
+        report, dcfg = None, None
+        if ddir is not None and spec.speculative:
+            report, dcfg, extra = _doctor(ddir, tdir, profile, check_values, trained_aux_layers,
+                                          trained_convention, version)
+            findings += report.findings + extra
+            skipped += [s for s in report.skipped if tdir is not None or "target" not in
+                        s["check"]]
+        findings += checks.draft_token_findings(spec)
+        findings += checks.tp_findings(spec, target_cfg=text, draft_cfg=_layer_cfg(dcfg),
+                                       draft_mla=bool(dcfg and dcfg.mla))
+        if text is not None or dcfg is not None:
+            findings += checks.context_findings(
+                spec, draft_max_pos=dcfg.max_position_embeddings if dcfg else None,
+                target_max_pos=(text or {}).get("max_position_embeddings"))
+            findings += checks.vocab_findings(
+                draft_vocab=dcfg.draft_vocab_size if dcfg else None,
+                target_vocab=(text or {}).get("vocab_size"))
+            findings += checks.dtype_findings(
+                spec, draft_dtype=dcfg.dtype if dcfg else None,
+                target_dtype=(tcfg or {}).get("torch_dtype") or (tcfg or {}).get("dtype")
+                or (text or {}).get("torch_dtype") or (text or {}).get("dtype"))
+        findings += checks.startup_warning_findings(spec, draft_dir=str(ddir) if ddir else None,
+                                                    target_cfg=tcfg)
+        parser = parser_result or (future.result() if future is not None else None)
+        findings += _parser_findings(spec, parser, engine_parser, skipped)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return PreflightReport(
+        command=spec.argv, engine=spec.engine, version=version, profile=profile,
+        spec=spec.to_dict(),
+        target={"given": spec.target, "path": str(tdir) if tdir else None,
+                "architecture": arch, "text_architecture": text_arch},
+        draft={"given": spec.draft, "path": str(ddir) if ddir else None,
+               "format": report.format if report else None,
+               "architectures": dcfg.architectures if dcfg else None},
+        parser=parser, capture=capture, aux=(report.config.get("aux") if report else None),
+        findings=findings, skipped=skipped, seconds=time.perf_counter() - t0)
+
+
+def _not_speculative(spec: LaunchSpec) -> Finding:
+    if spec.draft and (spec.algorithm or "").lower() != "eagle3":
+        return warning("launch-command", f"The speculative algorithm is "
+                       f"{spec.algorithm!r}, not EAGLE-3: the drafter is not judged.",
+                       expected="EAGLE3", found=spec.algorithm)
+    return info("launch-command", "No EAGLE-3 drafter in the command (no speculative "
+                "decoding): only the target and the flags are judged.")
+
+
+def _layer_cfg(dcfg) -> dict[str, Any] | None:
+    if dcfg is None:
+        return None
+    return {"num_attention_heads": dcfg.num_attention_heads,
+            "num_key_value_heads": dcfg.num_key_value_heads}
+
+
+def _doctor(ddir: Path, tdir: Path | None, profile: str, check_values: bool,
+            trained: list[int] | None, convention: str, version: str):
+    """The doctor's report for this engine, the parsed draft config, and extra findings."""
+    from eagle3lab.formats.detect import parse_draft_config
+    from eagle3lab.formats.inspect import inspect_checkpoint
+    from eagle3lab.target.auxlayers import CONVENTIONS, ids_to_capture
+
+    if trained is not None and convention not in CONVENTIONS:
+        raise UserError(f"--trained-convention {convention!r}: use one of "
+                        f"{', '.join(CONVENTIONS)}.")
+    points = ids_to_capture(trained, convention) if trained is not None else None
+    report = inspect_checkpoint(ddir, target=tdir, engine=profile, check_values=check_values,
+                                trained_capture=points)
+    dcfg = parse_draft_config(_read_config(ddir))
+    extra = []
+    if profile == "sglang" and version_tuple(version) < version_tuple(MULTI_LAYER_SGLANG):
+        extra.append(info("launch-command", f"SGLang {version} is judged with the doctor's "
+                          f"portable profile (the midlayer loader, before "
+                          f"{MULTI_LAYER_SGLANG}'s multi-layer loader)."))
+    return report, dcfg, extra
+
+
+def _parser_findings(spec: LaunchSpec, parser: dict | None, asked: bool,
+                     skipped: list[dict[str, str]]) -> list[Finding]:
+    if spec.engine == "vllm":
+        skipped.append({"check": "vLLM's own argument parser",
+                        "reason": "vLLM is not installed here; its flags were read by "
+                                  "preflight's mirror (command.py)"})
+        return []
+    if spec.engine != "sglang":
+        return []
+    if parser is None:
+        skipped.append({"check": "SGLang's prepare_server_args", "reason": "not asked" if
+                        not asked else "no result"})
+        return []
+    if parser["status"] == "invalid":
+        return [error("launch-command", f"SGLang's own parser refuses the command: "
+                      f"{parser['reason']}.", found=parser["reason"])]
+    if parser["status"] == "unavailable":
+        skipped.append({"check": "SGLang's prepare_server_args", "reason": parser["reason"]})
+    return []
+
+
+class PreflightRefused(UserError):
+    """A launch refused because its preflight found an error (`.report` has them all)."""
+
+    def __init__(self, report: PreflightReport, name: str):
+        self.report = report
+        errs = " ".join(f"[{f.code}] {f.message}" for f in report.errors())
+        super().__init__(f"Preflight refuses to start {name}: {errs} Fix the launch, or pass "
+                         f"force=True (notebook 04: parameter `force`) to start it anyway.")
+
+
+def preflight_launch(config, *, parser_result: dict[str, Any] | None = None
+                     ) -> PreflightReport:
+    """The preflight of a `LaunchConfig` (eagle3lab/server/launch.py): its exact argv, for
+    the SGLang release it targets; SGLang's parser result is passed in by the launcher,
+    which runs it anyway (`check_argv_with_sglang`)."""
+    return preflight(config.to_argv(), engine_version=config.sglang_version,
+                     engine_parser=False, parser_result=parser_result)

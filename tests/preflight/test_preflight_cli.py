@@ -1,0 +1,107 @@
+"""`eagle3lab preflight -- COMMAND` (exit 0/1/2, --json) and the refusals of the launch
+paths: the launcher's start(), the benchmark's arms, `eagle3lab serve`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pfutil import sglang_cmd, target_like
+
+from eagle3lab.cli import main
+from eagle3lab.errors import UserError
+
+
+def test_cli_exit_codes_and_json(pf, tmp_path, capsys):
+    ok = ["preflight", "--no-engine-parser", "--engine-version", "0.5.23", "--",
+          *sglang_cmd(pf["target"], pf["sglang"])]
+    assert main(ok) == 0
+    assert "OK: 0 error(s)" in capsys.readouterr().out
+    glm = target_like(pf, tmp_path / "glm", architectures=["Glm4ForCausalLM"])
+    bad = ["preflight", "--json", "--no-engine-parser", "--engine-version", "0.5.23", "--",
+           *sglang_cmd(glm, pf["sglang"])]
+    assert main(bad) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert not out["ok"] and "aux-capture" in [f["code"] for f in out["findings"]]
+    assert out["capture"]["entry"]["source"] == "sglang/srt/models/glm4.py"
+    one_string = ["preflight", "--no-engine-parser", "--",
+                  " ".join(sglang_cmd(pf["target"], pf["sglang"]))]
+    assert main(one_string) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv", [
+    ["preflight"],
+    ["preflight", "--", "python", "train.py"],
+    ["preflight", "--trained-aux-layers", "2,x", "--", "vllm", "serve", "T"],
+])
+def test_cli_not_judged_is_exit_2(argv, capsys):
+    assert main(argv) == 2
+    assert "eagle3lab preflight: error" in capsys.readouterr().err
+
+
+def test_trained_aux_layers_option(pf, tmp_path, capsys):
+    argv = ["preflight", "--json", "--no-engine-parser", "--engine-version", "0.5.23",
+            "--trained-aux-layers", "1,3,5", "--", *sglang_cmd(pf["target"], pf["sglang"])]
+    assert main(argv) == 1  # the drafter captures [2, 4, 5]; "trained" on [1, 3, 5]
+    out = json.loads(capsys.readouterr().out)
+    assert out["aux"]["training_capture_points"] == [1, 3, 5]
+    assert any(f["code"] == "aux-layers" and f["severity"] == "error"
+               for f in out["findings"])
+
+
+def _glm_launch(pf, tmp_path, **kw):
+    from eagle3lab.server.launch import LaunchConfig
+
+    glm = target_like(pf, tmp_path / "glm", architectures=["Glm4ForCausalLM"])
+    return LaunchConfig(target=str(glm), draft=str(pf["sglang"]), port=0,
+                        sglang_version="0.5.23", **kw)
+
+
+def test_launcher_refuses_on_a_preflight_error_before_any_process(pf, tmp_path, monkeypatch):
+    from eagle3lab.preflight.run import PreflightRefused
+    from eagle3lab.server import launch
+
+    monkeypatch.setattr(launch, "check_argv_with_sglang", lambda argv, **kw: {
+        "status": "unavailable", "reason": "not checked in this test", "parsed": None,
+        "stubbed": [], "messages": []})
+    with pytest.raises(PreflightRefused, match=r"\[aux-capture\].*Glm4ForCausalLM") as e:
+        launch.start(_glm_launch(pf, tmp_path), run_dir=tmp_path / "run")
+    assert not e.value.report.ok and isinstance(e.value, UserError)
+    assert not (tmp_path / "run" / "sglang.log").exists()
+
+
+def test_benchmark_records_a_refused_arm_and_runs_no_server(pf, tmp_path, monkeypatch):
+    from eagle3lab.server import launch
+    from eagle3lab.server.bench import benchmark_arms
+
+    monkeypatch.setattr(launch, "check_argv_with_sglang", lambda argv, **kw: {
+        "status": "unavailable", "reason": "not checked in this test", "parsed": None,
+        "stubbed": [], "messages": []})
+    res = benchmark_arms({"speculative": _glm_launch(pf, tmp_path)}, prompts=[],
+                         run_dir=tmp_path / "run", log=lambda s: None)
+    assert "Preflight refuses" in res.skipped["speculative"]
+    assert res.stops == {} and not (tmp_path / "run" / "speculative.log").exists()
+
+
+def test_eagle3lab_serve_refuses_before_loading_anything(pf, tmp_path, capsys):
+    bad = target_like(pf, tmp_path / "t", architectures=["LlamaForCausalLM"],
+                      vocab_size=64)  # the drafter's d2t and vocab no longer fit
+    rc = main(["serve", "--target", str(bad), "--draft", str(pf["spec"]), "--port", "0"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "preflight refuses this launch" in err and "vocab-map" in err
+
+
+@pytest.mark.slow
+def test_sglangs_own_parser_runs_beside_the_checks(pf):
+    """The real prepare_server_args (a subprocess importing sglang, ~20 s on a loaded CPU):
+    a misspelt flag is a launch-command error; a good command parses."""
+    from eagle3lab.preflight.run import preflight
+
+    bad = preflight(sglang_cmd(pf["target"], pf["sglang"], "--speculative-num-stepz", "3"))
+    if bad.parser and bad.parser["status"] == "unavailable":
+        pytest.skip(f"sglang.srt.server_args does not import here: {bad.parser['reason']}")
+    assert not bad.ok
+    assert "unrecognized arguments: --speculative-num-stepz" in [
+        f for f in bad.findings if f.code == "launch-command"][0].message

@@ -93,7 +93,9 @@ def worker(spec_path: str) -> int:
     from eagle3lab.distributed import detect
 
     spec = json.loads(Path(spec_path).read_text())
-    if spec["kind"] == "train":
+    if spec["kind"] == "link":
+        result = {"rc": 0, "summary": link_worker(spec["kwargs"])}
+    elif spec["kind"] == "train":
         from eagle3lab.cli import main as cli_main
 
         result = {"rc": cli_main(spec["argv"])}
@@ -105,6 +107,52 @@ def worker(spec_path: str) -> int:
     rank = detect().rank
     Path(f"{spec['result']}.rank{rank}.json").write_text(json.dumps(result, default=str))
     return result["rc"]
+
+
+def link_worker(kw: dict) -> dict:
+    """On every rank: seconds per all-reduce (torch.distributed, the backend training uses)
+    of gradient-sized buffers, fp32 and bf16: the link the DDP step waits on."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from eagle3lab.distributed import session
+
+    out = {}
+    with session(device="cuda" if torch.cuda.is_available() else "cpu", timeout=300) as d:
+        for mb in kw["sizes_mb"]:
+            for dt in (torch.float32, torch.bfloat16):
+                n = int(mb * 2**20 // torch.empty((), dtype=torch.float32).element_size())
+                t = torch.ones(n, dtype=dt, device=d.device)
+                for _ in range(2):
+                    dist.all_reduce(t)
+                if t.is_cuda:
+                    torch.cuda.synchronize()
+                t0 = time.time()
+                for _ in range(kw["reps"]):
+                    dist.all_reduce(t)
+                if t.is_cuda:
+                    torch.cuda.synchronize()
+                out[f"{mb}MB-fp32-grads-as-{str(dt).replace('torch.', '')}"] = \
+                    (time.time() - t0) / kw["reps"]
+    return out
+
+
+def link_part(args, work: Path, cuda: bool) -> dict:
+    """All-reduce times of the two drafters' gradient sizes on N ranks, and what they
+    predict for the training ratio (1-GPU step time T, all-reduce time C, no overlap: the
+    TTT backward completes every shared weight's gradient only at its end): N-GPU tok/s /
+    1-GPU tok/s = N T / (T + C)."""
+    sizes = [20, 1170] if not args.tiny else [1, 4]  # trainable params x 4 bytes
+    ranks = launch(work, "link", args.gpus, kind="link",
+                   kwargs={"sizes_mb": sizes, "reps": 5 if args.tiny else 10})
+    times = ranks[0]["summary"]
+    print(f"all-reduce on {args.gpus} ranks (seconds per call; algorithm bandwidth):")
+    for key, sec in times.items():
+        mb = float(key.split("MB")[0]) * (0.5 if key.endswith("bfloat16") else 1.0)
+        print(f"  {key:<34} {sec * 1e3:>9.2f} ms  {mb / 1024 / sec:>7.1f} GiB/s")
+    return times
 
 
 def cli_line(kwargs: dict) -> list[str]:
@@ -119,10 +167,11 @@ def cli_line(kwargs: dict) -> list[str]:
 
 
 def launch(work: Path, name: str, nproc: int, *, argv: list[str] | None = None,
-           kwargs: dict | None = None, env: dict | None = None) -> list[dict]:
+           kwargs: dict | None = None, env: dict | None = None,
+           kind: str | None = None) -> list[dict]:
     """Run one stage on `nproc` ranks (torchrun when > 1, a plain process otherwise: the
     one-GPU user's command) and return each rank's result."""
-    spec = {"kind": "train" if argv else "extract", "argv": argv, "kwargs": kwargs,
+    spec = {"kind": kind or ("train" if argv else "extract"), "argv": argv, "kwargs": kwargs,
             "result": str(work / name)}
     path = work / f"{name}.spec.json"
     path.write_text(json.dumps(spec))
@@ -132,6 +181,8 @@ def launch(work: Path, name: str, nproc: int, *, argv: list[str] | None = None,
            "--master-port", str(free_port())] if nproc > 1 else [sys.executable, "-P"]
     shown = (["torchrun", "--nproc-per-node", str(nproc), "-m", "eagle3lab"] if nproc > 1
              else ["eagle3lab"]) + (argv or ["extract", *cli_line(kwargs)])
+    if spec["kind"] == "link":
+        shown = ["torchrun", "--nproc-per-node", str(nproc), "bench/scale.py", "(all-reduce)"]
     print(f"  $ {shlex.join(shown)}", flush=True)
     r = subprocess.run(run + ["--", str(SCRIPT), "--worker", str(path)], capture_output=True,
                        text=True, env={**os.environ, **(env or {})})
@@ -412,8 +463,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="CPU, gloo, tiny shapes: checks the code path (not a measurement)")
     ap.add_argument("--gpus", type=int, default=2, help="ranks of the N-GPU runs")
     ap.add_argument("--parts", default="train,extract",
-                    help="comma-separated: train, extract (1 vs N GPUs); loader, batching "
-                    "(one GPU: data workers 0 vs 2; extraction batched two ways)")
+                    help="comma-separated: train, extract (1 vs N GPUs); link (all-reduce "
+                    "times of gradient-sized buffers on N); loader, batching (one GPU: data "
+                    "workers 0 vs 2; extraction batched two ways)")
     ap.add_argument("--grad-reduce-dtype", default="float32", choices=("float32", "bfloat16"),
                     help="the N-GPU training runs' --grad-reduce-dtype")
     ap.add_argument("--batching-fp32", action="store_true",
@@ -453,8 +505,8 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, k) is None:
             setattr(args, k, v)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
-    known = {"train", "extract", "loader", "batching"}
-    if args.gpus < 2 and parts & {"train", "extract"}:
+    known = {"train", "extract", "loader", "batching", "link"}
+    if args.gpus < 2 and parts & {"train", "extract", "link"}:
         ap.error("--gpus: at least 2 (the runs on 1 GPU are the baseline)")
     if not parts <= known:
         ap.error(f"--parts: unknown part(s) {sorted(parts - known)}")
@@ -464,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     cuda = torch.cuda.is_available() and not args.tiny
     if not cuda and not args.tiny:
         ap.error("no GPU is visible: run on a machine with GPUs, or with --tiny (CPU, gloo)")
-    if cuda and parts & {"train", "extract"} and torch.cuda.device_count() < args.gpus:
+    if cuda and parts & {"train", "extract", "link"} and torch.cuda.device_count() < args.gpus:
         ap.error(f"--gpus {args.gpus} but {torch.cuda.device_count()} GPU(s) are visible")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -474,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     env_threads = {} if cuda else {"OMP_NUM_THREADS": "1"}
     os.environ.update(env_threads)  # every rank of a CPU run: one thread, as is fair
     results: dict = {"where": where, "gpus": args.gpus, "args": vars(args)}
+    if "link" in parts:
+        results["link"] = link_part(args, work, cuda)
     if "train" in parts:
         results["train"] = train_part(args, work, cuda)
     if "extract" in parts:

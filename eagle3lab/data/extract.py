@@ -30,7 +30,7 @@ from eagle3lab.fsutil import check_writable_dir, sha256_file
 from eagle3lab.data import rankparts, stagerun
 from eagle3lab.data.prompts import check_limit, read_conversations
 from eagle3lab.data.shards import (FORMAT, FORMAT_VERSION, MANIFEST, read_manifest, shard_name,
-                     write_manifest, write_shard)
+                                   write_manifest, write_packed_shard)
 from eagle3lab.target.auxlayers import resolve_aux_layers
 
 #: Manifest fields that must match for a run to resume into an existing shard set.
@@ -68,12 +68,42 @@ def _batches(lengths: list[int], max_tokens: int) -> list[tuple[int, int]]:
     return out
 
 
+class _HostBuffers:
+    """Two reusable host buffers (pinned when the target is on a GPU) that hold one shard's
+    packed states each: the rows of every batch are copied from the device straight into
+    the shard's layout (no padding copied, no per-shard allocation and concatenation),
+    while the background writer saves the other buffer. Fresh host memory is what bounds
+    extraction on a fast GPU (each page faulted in, several copies per shard), more so
+    with several ranks on one host."""
+
+    def __init__(self, pin: bool):
+        self.pin, self.sets, self.turn = pin, [None, None], 0
+
+    def take(self, tokens: int, widths: tuple[int, int], dtype):
+        import torch
+
+        k, self.turn = self.turn, 1 - self.turn
+        have = self.sets[k]
+        if have is None or have[0].shape[0] < tokens or have[0].dtype != dtype:
+            self.sets[k] = None  # free before allocating the larger one
+            self.sets[k] = tuple(torch.empty((tokens, w), dtype=dtype, pin_memory=self.pin)
+                                 for w in widths)
+        return tuple(t[:tokens] for t in self.sets[k])
+
+
 def _compute_chunk(tgt, aux, chunk, chunk_lens, first_index, max_tokens_per_batch,
-                   store_dtype, bar) -> list[dict[str, Any]]:
-    """Run the target over one shard's conversations (padded batches by token budget)."""
+                   store_dtype, bar, buffers: _HostBuffers) -> dict[str, Any]:
+    """Run the target over one shard's conversations (padded batches by token budget) and
+    return the shard's packed tensors (`write_packed_shard`'s layout)."""
     import torch
 
-    samples: list[dict[str, Any]] = []
+    from eagle3lab.data.shards import offsets_of
+
+    offsets = offsets_of(chunk_lens)
+    n_aux, hidden = len(aux.capture_points), tgt.hidden_size
+    fused_buf, last_buf = buffers.take(int(offsets[-1]), (n_aux * hidden, hidden),
+                                       store_dtype)
+    ids_all, mask_all = [], []
     for a, b in _batches(chunk_lens, max_tokens_per_batch):
         width = max(chunk_lens[a:b])
         ids = torch.zeros((b - a, width), dtype=torch.long)
@@ -83,19 +113,22 @@ def _compute_chunk(tgt, aux, chunk, chunk_lens, first_index, max_tokens_per_batc
             ids[r, :n] = torch.tensor(chunk[a + r]["input_ids"][:n])
             attn[r, :n] = 1
         fused, last = tgt.features(ids.to(tgt.device), attn.to(tgt.device), aux)
-        # cast on the device, then one transfer per batch (not one per sample)
-        fused, last = fused.to(store_dtype).cpu(), last.to(store_dtype).cpu()
+        # cast on the device, then each sample's rows into its place in the shard
+        fused, last = fused.to(store_dtype), last.to(store_dtype)
         for r in range(b - a):
-            n = chunk_lens[a + r]
-            samples.append({
-                "input_ids": ids[r, :n],
-                "loss_mask": torch.tensor(chunk[a + r]["loss_mask"][:n], dtype=torch.uint8),
-                "hidden_states": fused[r, :n],
-                "verifier_last_hidden_states": last[r, :n],
-                "sample_index": first_index + a + r,
-            })
+            n, o = chunk_lens[a + r], int(offsets[a + r])
+            fused_buf[o:o + n].copy_(fused[r, :n], non_blocking=buffers.pin)
+            last_buf[o:o + n].copy_(last[r, :n], non_blocking=buffers.pin)
+            ids_all.append(ids[r, :n])
+            mask_all.append(torch.tensor(chunk[a + r]["loss_mask"][:n], dtype=torch.uint8))
         bar.update(sum(chunk_lens[a:b]))
-    return samples
+    if buffers.pin and chunk_lens:  # the copies were queued on the states' device
+        torch.cuda.synchronize(fused.device)
+    return {"input_ids": torch.cat(ids_all).to(torch.int32), "loss_mask": torch.cat(mask_all),
+            "hidden_states": fused_buf, "verifier_last_hidden_states": last_buf,
+            "offsets": offsets,
+            "sample_index": torch.arange(first_index, first_index + len(chunk_lens),
+                                         dtype=torch.int64)}
 
 
 def extract(
@@ -254,19 +287,20 @@ def _extract(ranks: Ranks, *, conversations, out, target, aux_ids, aux_conventio
     # One background writer: shard k is written and hashed while the target computes shard
     # k+1 (at most one write in flight; shards are listed in order, each once complete).
     pending = None
+    buffers = _HostBuffers(pin=str(tgt.device).startswith("cuda"))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as pool:
         try:
             for s0 in range(0, len(todo), samples_per_shard):
                 if stop_after_shards is not None and new_shards >= stop_after_shards:
                     break
-                samples = _compute_chunk(tgt, aux, todo[s0:s0 + samples_per_shard],
-                                         lengths[s0:s0 + samples_per_shard], a + s0,
-                                         max_tokens_per_batch, store_dtype, bar)
+                packed = _compute_chunk(tgt, aux, todo[s0:s0 + samples_per_shard],
+                                        lengths[s0:s0 + samples_per_shard], a + s0,
+                                        max_tokens_per_batch, store_dtype, bar, buffers)
                 if pending is not None:
                     previous, pending = pending, None
                     finish(previous)
-                pending = pool.submit(write_shard, out / shard_name(next_index), samples,
-                                      store_dtype)
+                pending = pool.submit(write_packed_shard, out / shard_name(next_index),
+                                      packed)
                 next_index += 1
                 new_shards += 1
         finally:

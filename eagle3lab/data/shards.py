@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from eagle3lab.errors import UserError
-from eagle3lab.fsutil import atomic_path, atomic_write_json, read_json_object, sha256_file
+from eagle3lab.fsutil import (atomic_path, atomic_write_json, read_json_object, sha256_bytes,
+                              sha256_file)
 from eagle3lab.target.auxlayers import AuxLayers
 
 FORMAT = "eagle3lab-shards"
@@ -53,32 +54,54 @@ def write_shard(path: Path, samples: list[dict[str, Any]], dtype) -> dict[str, A
     """Pack samples (each: input_ids, loss_mask, hidden_states, last, sample_index) into one
     safetensors file, atomically. Returns the manifest entry (without timing)."""
     import torch
-    from safetensors.torch import save_file
 
     lengths = [int(s["input_ids"].shape[0]) for s in samples]
-    offsets = torch.zeros(len(samples) + 1, dtype=torch.int64)
-    offsets[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int64), 0)
-    tensors = {
+    return write_packed_shard(path, {
         "input_ids": torch.cat([s["input_ids"].to(torch.int32) for s in samples]),
         "loss_mask": torch.cat([s["loss_mask"].to(torch.uint8) for s in samples]),
         "hidden_states": torch.cat([s["hidden_states"].to(dtype) for s in samples]).contiguous(),
         "verifier_last_hidden_states": torch.cat(
             [s["verifier_last_hidden_states"].to(dtype) for s in samples]).contiguous(),
-        "offsets": offsets,
+        "offsets": offsets_of(lengths),
         "sample_index": torch.tensor([int(s["sample_index"]) for s in samples], dtype=torch.int64),
-    }
+    })
+
+
+def offsets_of(lengths: list[int]):
+    """A shard's `offsets` tensor: sample k holds tokens offsets[k]:offsets[k+1]."""
+    import torch
+
+    offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+    offsets[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int64), 0)
+    return offsets
+
+
+def write_packed_shard(path: Path, tensors: dict[str, Any]) -> dict[str, Any]:
+    """Write one shard whose tensors are already packed (`write_shard`'s layout: samples
+    concatenated along the tokens, `offsets`, `sample_index`), atomically. Returns the
+    manifest entry (without timing)."""
+    from safetensors.torch import save
+
+    offsets = tensors["offsets"]
+    # One metadata key only: safetensors writes a multi-key dict in hash order, which would
+    # make identical shards differ byte for byte. Serialised in memory first (safetensors
+    # holds the GIL only for that copy), then written, fsync'd and hashed from memory with
+    # the GIL released: a shard written in the background does not stall the extraction
+    # loop for the seconds a multi-GB file takes to reach the disk (save_file would).
+    data = save(tensors, metadata={"format": f"{FORMAT}/{FORMAT_VERSION}"})
     with atomic_path(path) as tmp:
-        # One metadata key only: safetensors writes a multi-key dict in hash order, which
-        # would make identical shards differ byte for byte.
-        save_file(tensors, str(tmp), metadata={"format": f"{FORMAT}/{FORMAT_VERSION}"})
+        with open(tmp, "wb") as f:
+            f.write(data)
+    digest = sha256_bytes(data)
+    del data
     return {
         "file": path.name,
-        "samples": len(samples),
+        "samples": int(offsets.numel() - 1),
         "tokens": int(offsets[-1]),
         "loss_tokens": int(tensors["loss_mask"].sum()),
         "sample_range": [int(tensors["sample_index"][0]), int(tensors["sample_index"][-1]) + 1],
         "bytes": path.stat().st_size,
-        "sha256": sha256_file(path),
+        "sha256": digest,
     }
 
 

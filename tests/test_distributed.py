@@ -3,14 +3,12 @@ training and the CLI share: torchrun's environment read one way, two real gloo r
 collectives agree (rank 0 decides, every rank gets the result or the same error), the
 process group's timeout in SECONDS, the per-rank device, and errors printed once.
 
-The two ranks are forked from this process with torchrun's variables set (as
-tests/train/test_train_distributed.py does), so nothing is imported again per rank."""
+The two ranks are forked from this process with torchrun's variables set
+(testutil.fork_ranks), so nothing is imported again per rank."""
 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import time
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 
 from eagle3lab.distributed import RankFailure, Ranks, detect, rank_device, report
 from eagle3lab.errors import UserError
+from testutil import fork_ranks
 
 TIMEOUT_S = 2.0  # the process group's timeout in the 2-rank test
 
@@ -65,9 +64,7 @@ class _Leave(Exception):
     """Leave the session as after an error: without its closing barrier."""
 
 
-def _rank(rank: int, port: int, results: str) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+def _rank(rank: int, results: str) -> None:
     from eagle3lab.distributed import session
 
     def bad_file():
@@ -105,23 +102,7 @@ def _rank(rank: int, port: int, results: str) -> None:
 
 
 def test_two_ranks_agree_and_time_out_in_seconds(tmp_path):
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.start_processes(_rank, args=(port, str(tmp_path)), nprocs=2, start_method="fork",
-                             join=False)
-    deadline = time.time() + 60  # a timeout read as minutes would wait 120 s
-    try:
-        while not ctx.join(timeout=0.5):
-            if time.time() > deadline:
-                pytest.fail("the 2 ranks did not finish within 60 s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-                p.join()
+    fork_ranks(lambda rank: _rank(rank, str(tmp_path)), limit_s=60)  # not 120 s (minutes)
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0["ranks"] == [0, 2, "gloo", "cpu"] and r1["ranks"] == [1, 2, "gloo", "cpu"]
     assert r0["gather"] == r1["gather"] == [0, 10]

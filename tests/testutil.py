@@ -52,20 +52,63 @@ def write_conversations(path: Path, tokenizer, n: int = 10, seed: int = 0) -> Pa
     return path
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _forked_rank(rank: int, world: int, port: int, env: dict, fn) -> None:
+    import os
+
+    import torch
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), OMP_NUM_THREADS="1", **env)
+    torch.set_num_threads(1)  # as torchrun's OMP_NUM_THREADS=1; OpenMP is not fork-safe
+    fn(rank)
+
+
+def fork_ranks(fn, *, world: int = 2, env: dict | None = None, limit_s: float = 120,
+               stop_when=None) -> None:
+    """The ranks of a torchrun job without torchrun: `world` processes forked from this
+    one (so the libraries are not imported again per rank, ~15 s of CPU each on a small
+    machine), each with torchrun's variables set (gloo on the CPU, one thread), calling
+    fn(rank). Waits until every rank has ended, or until stop_when() is true (then the
+    others are killed: a hung rank); fails the test after limit_s. A rank that raises
+    fails the test with its traceback."""
+    import time
+
+    import pytest
+    import torch.multiprocessing as mp
+
+    ctx = mp.start_processes(_forked_rank, args=(world, free_port(), env or {}, fn),
+                             nprocs=world, start_method="fork", join=False)
+    deadline = time.time() + limit_s
+    try:
+        while not (stop_when is not None and stop_when()) and not ctx.join(timeout=0.5):
+            if time.time() > deadline:
+                pytest.fail(f"the {world} ranks did not finish within {limit_s} s")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
 def torchrun(nproc: int, *args, module: str | None = "eagle3lab", timeout: float = 600):
     """`python -m torch.distributed.run --nproc-per-node N --master-port FREE -m eagle3lab
     ARGS` (module None: ARGS start with a script) on the CPU (gloo; one OpenMP thread per
     rank); the finished process, checked."""
     import os
-    import socket
     import subprocess
     import sys
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "--master-port", str(port), *(["-m", "--", module] if module else ["--"]),
+           "--master-port", str(free_port()), *(["-m", "--", module] if module else ["--"]),
            *map(str, args)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                        env={**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"})

@@ -234,20 +234,18 @@ def test_real_target_writes_prompts_and_resumes(default_target_dir, tmp_path):
     assert not any(shingles(p.prompt) & held for p in plist)
 
 
-@pytest.mark.slow
-def test_two_ranks_write_what_one_process_writes(scripted, exclude_file, tiny_target_dir,
-                                                 tmp_path):
-    from pathlib import Path
-
-    from testutil import torchrun
+def test_two_ranks_write_what_one_process_writes(scripted, exclude_file, tmp_path):
+    """Two ranks forked with torchrun's variables (testutil.fork_ranks), each with the
+    scripted model."""
+    from testutil import fork_ranks
 
     one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
     s = synthesize_prompts(target=scripted, out=one, n=20, exclude=exclude_file, **KW)
     # rounds of 2 batches (rank r samples batch 2k + r): an odd count means the 20th prompt
     # came in a round's first batch, and its second was sampled but neither kept nor counted
     assert s["batches"] % 2 == 1 and s["counts"]["sampled"] < 8 * s["batches"]
-    torchrun(2, Path(__file__).with_name("selfprompt_ranks.py"), tiny_target_dir, two,
-             exclude_file, 20, module=None)
+    fork_ranks(lambda rank: synthesize_prompts(target=scripted, out=two, n=20,
+                                               exclude=exclude_file, **KW))
     assert two.read_text() == one.read_text()
     m1, m2 = (json.loads(meta_path(p).read_text()) for p in (one, two))
     assert m2["counts"] == m1["counts"] == s["counts"]

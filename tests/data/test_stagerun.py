@@ -1,6 +1,7 @@
-"""The data stages on 2 ranks (the real torchrun, gloo on the CPU) equal one process: the
-extracted shard set sample by sample (after a resume per rank), the regenerated records;
-the shares, the leftovers of a killed run, a device-mapped target."""
+"""The data stages on 2 ranks (gloo on the CPU: the real torchrun, or ranks forked with its
+variables) equal one process: the extracted shard set sample by sample (after a resume per
+rank), the regenerated records; the shares, the leftovers of a killed run, a device-mapped
+target."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import pytest
 import torch
 
-from testutil import torchrun, write_conversations
+from testutil import fork_ranks, torchrun, write_conversations
 from eagle3lab.data.extract import extract
 from eagle3lab.data.prompts import read_conversations
 from eagle3lab.data.rankparts import contiguous_shares
@@ -84,17 +85,34 @@ def test_two_ranks_extract_resume_and_equal_one_process(tiny_target, tiny_target
             torch.testing.assert_close(y[key], x[key], atol=1e-5, rtol=0)
 
 
-@pytest.mark.slow
+def _cli_rank(rank: int, argv: list, log_dir) -> None:
+    """One rank of `torchrun ... -m eagle3lab ARGV` (forked): the CLI's exit code and
+    output, in log_dir/rankR.json."""
+    import contextlib
+    import io
+
+    from eagle3lab.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main([str(a) for a in argv])
+    (log_dir / f"rank{rank}.json").write_text(json.dumps({"rc": rc, "out": out.getvalue()}))
+
+
 def test_two_ranks_regenerate_equal_one_process(tiny_target, tiny_target_dir, prompts_file,
                                                 tmp_path):
-    kw = dict(max_new_tokens=5, batch_size=2)
+    """The CLI's ranks forked with torchrun's variables (testutil.fork_ranks); the real
+    torchrun launches the CLI in the extract test above."""
     one = tmp_path / "one.jsonl"
-    regenerate(target=tiny_target, prompts=prompts_file, out=one, progress=False, **kw)
+    regenerate(target=tiny_target, prompts=prompts_file, out=one, progress=False,
+               max_new_tokens=5, batch_size=2)
     two = tmp_path / "two.jsonl"
-    r = torchrun(2, "regenerate", "--target", tiny_target_dir, "--prompts", prompts_file,
-                 "--out", two, "--max-new-tokens", 5, "--batch-size", 2, "--device", "cpu",
-                 "--no-progress")
-    assert "7 records (7 new" in r.stdout
+    argv = ["regenerate", "--target", tiny_target_dir, "--prompts", prompts_file, "--out", two,
+            "--max-new-tokens", 5, "--batch-size", 2, "--device", "cpu", "--no-progress"]
+    fork_ranks(lambda rank: _cli_rank(rank, argv, tmp_path))
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["rc"] for r in ranks] == [0, 0]
+    assert "7 records (7 new" in ranks[0]["out"]
     assert read_conversations(two) == read_conversations(one)
     assert not list(tmp_path.glob("two.jsonl.rank*"))
     meta = json.loads(meta_path(two).read_text())

@@ -7,9 +7,9 @@ on one rank stops every rank.
 The ranks run the real torch.distributed code (process group from torchrun's variables,
 DDP / fully_shard, all-reduces, DCP). Launches: the killed run goes through
 `python -m torch.distributed.run ... -m eagle3lab train` (the CLI, torchrun's agent and its
-summary); the other 2-rank runs are forked from this process with
-torch.multiprocessing.start_processes and torchrun's variables set, so the libraries are
-not imported again per rank (~15 s of CPU each on a small machine).
+summary); the other 2-rank runs are forked from this process with torchrun's variables set
+(testutil.fork_ranks), so the libraries are not imported again per rank (~15 s of CPU
+each on a small machine).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from eagle3lab.errors import UserError
+from testutil import fork_ranks, free_port
 
 #: 6 optimizer steps of 2 micro-batches of <= 128 tokens; eval at 3 and 6; checkpoints 2, 4.
 KW = dict(max_steps=6, epochs=100, max_tokens_per_batch=128, eval_every=3,
@@ -38,16 +38,7 @@ def _kw(sharp_data, out: Path, **over) -> dict:
             **KW, **over}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank(rank: int, world: int, port: int, kw: dict, env: dict, results: str) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-                      **env)
+def _rank(rank: int, kw: dict, results: str) -> None:
     from eagle3lab.train import train
 
     try:
@@ -62,26 +53,11 @@ def run_ranks(kw: dict, *, world: int = 2, env: dict | None = None,
     """Fork `world` ranks that each call train(**kw) under torchrun's variables; each
     rank's outcome ({"summary"} or {"error"}). wait_for=r: return once rank r is done and
     kill the others (a hung rank)."""
-    import torch.multiprocessing as mp
-
     results = Path(kw["out"] + ".ranks")
     results.mkdir(parents=True, exist_ok=True)
-    ctx = mp.start_processes(_rank, args=(world, _free_port(), kw, env or {}, str(results)),
-                             nprocs=world, start_method="fork", join=False)
-    deadline = time.time() + limit_s
-    try:
-        while time.time() < deadline:
-            if wait_for is not None and (results / f"rank{wait_for}.json").exists():
-                break
-            if ctx.join(timeout=0.5):
-                break
-        else:
-            pytest.fail(f"the {world} ranks did not finish within {limit_s} s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-                p.join()
+    fork_ranks(lambda rank: _rank(rank, kw, str(results)), world=world, env=env,
+               limit_s=limit_s, stop_when=None if wait_for is None else
+               (results / f"rank{wait_for}.json").exists)
     return [json.loads(f.read_text()) if (f := results / f"rank{r}.json").exists() else None
             for r in range(world)]
 
@@ -199,7 +175,7 @@ def killed_run(tmp_path_factory, sharp_data):
     out = tmp_path_factory.mktemp("dist") / "killed"
     k = _kw(sharp_data, out, dist_timeout=30)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(_free_port()), "--monitor-interval", "1",
+           "--master-port", str(free_port()), "--monitor-interval", "1",
            "-m", "eagle3lab", "train",
            "--data", k["data"], "--eval-data", k["eval_data"], "--out", str(out),
            "--dist-timeout", "30", "--no-progress"]

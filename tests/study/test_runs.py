@@ -43,11 +43,9 @@ def _specforge_eval(step: int, acc: list[float]) -> tuple[int, dict]:
                   **{f"eval/ploss_{i}": 3.0 - 0.01 * step for i in range(len(acc))}}
 
 
-@pytest.fixture(scope="module")
-def specforge_run(tmp_path_factory):
+def make_specforge_run(out: Path) -> Path:
     """A SpecForge output dir: OUT/runs event files and OUT/{run_id}-step{N}/ checkpoints
     (the last one latest, step 40 the best), as `specforge train` leaves it."""
-    out = tmp_path_factory.mktemp("sf") / "out"
     logs = [(s, {"train/ploss_0": 4.0 - s / 20, "train/acc_0": 0.1 + s / 200,
                  "train/lr": 1e-4}) for s in range(10, 101, 10)]
     logs += [_specforge_eval(s, [0.5, 0.4, 0.3] if s < 40 else [0.6, 0.5, 0.4])
@@ -57,6 +55,11 @@ def specforge_run(tmp_path_factory):
         step_checkpoint(out, "run1", s, {}, latest=s == 100,
                         best_score=1.0 if s == 40 else None)
     return out
+
+
+@pytest.fixture(scope="module")
+def specforge_run(tmp_path_factory):
+    return make_specforge_run(tmp_path_factory.mktemp("sf") / "out")
 
 
 def test_specforge_simulated_acc_len_gains_the_bonus_token(specforge_run):

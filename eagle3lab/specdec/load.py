@@ -42,8 +42,6 @@ def fit_errors(draft: str | os.PathLike, *, target: str | os.PathLike,
 def check_draft(draft: str | os.PathLike) -> None:
     """Refuse a drafter path that does not exist or holds no drafter checkpoint (speculators'
     or SGLang's EAGLE-3 format), naming it, before anything slow (the target) is loaded."""
-    from pathlib import Path
-
     from eagle3lab.errors import UserError
     from eagle3lab.formats.locate import locate_checkpoint
     from eagle3lab.formats.reader import Checkpoint

@@ -16,6 +16,7 @@ it to the logits processor.
 
 from __future__ import annotations
 
+import gzip
 import os
 from pathlib import Path
 

@@ -15,7 +15,8 @@ def add_parser(sub) -> None:
         "layer ids moved to where the engine reads them and shifted to its convention), "
         "refuse drafts trained with a norm the engine ignores, inspect the result for its "
         "engine and only then move it into place atomically.")
-    p.add_argument("src", metavar="SRC", help="source checkpoint directory")
+    p.add_argument("src", metavar="SRC", help="source checkpoint directory (a speculators "
+                   "save_path means its checkpoint_best epoch)")
     p.add_argument("dst", metavar="DST", help="output directory (written atomically)")
     p.add_argument("--to", required=True, choices=("sglang", "speculators"),
                    help="output format: sglang (midlayer.*, LlamaForCausalLMEagle3, "

@@ -23,7 +23,9 @@ def add_parser(sub) -> None:
         "1 at least one error, 2 CKPT missing.",
         parents=[json_option("print one JSON object (format, engine, ok, findings, tensors, "
                              "...)")])
-    p.add_argument("ckpt", metavar="CKPT", help="drafter checkpoint directory")
+    p.add_argument("ckpt", metavar="CKPT", help="drafter checkpoint directory (speculators or "
+                   "SGLang format, e.g. `specforge export` output; a speculators save_path "
+                   "means its checkpoint_best epoch)")
     p.add_argument("--target", default=None,
                    help=f"the target: a directory with its config.json (weights not needed) or "
                    f"a preset name such as {DEFAULT_TARGET!r}; without it, checks that need "

@@ -105,10 +105,11 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *,
     """Convert SRC to DST for `to` (engine: the profile the output must pass; default
     "sglang" for --to sglang, "vllm" for --to speculators)."""
     from eagle3lab.formats.inspect import inspect_checkpoint
+    from eagle3lab.formats.locate import locate_checkpoint
 
     if to not in TABLES:
         raise UserError(f"--to must be 'sglang' or 'speculators', not {to!r}.")
-    src, dst = Path(src), Path(dst)
+    src, dst = locate_checkpoint(src), Path(dst)
     engine = engine or ("sglang" if to == "sglang" else "vllm")
     profile = get_profile(engine)
     if (to == "sglang") != engine.startswith("sglang"):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from eagle3lab.errors import UserError
@@ -36,9 +35,13 @@ def inspect_checkpoint(checkpoint: str | os.PathLike, *, target: str | os.PathLi
     usually served: eagle3 -> sglang, speculators -> vllm). `target`: a directory with the
     target's config.json or a preset name; without it, target checks are skipped.
     `trained_capture`: the capture points training used, when the checkpoint does not record
-    them (or to override its record)."""
+    them (or to override its record). A trainer's output is located first
+    (formats/locate.py: speculators' save_path -> its best epoch; SpecForge's step
+    checkpoints are refused with the export command)."""
+    from eagle3lab.formats.locate import locate_checkpoint
+
     t0 = time.perf_counter()
-    path = Path(checkpoint)
+    path = locate_checkpoint(checkpoint)
     if not path.is_dir():
         raise UserError(f"Checkpoint {str(path)!r} does not exist or is not a directory.")
     tinfo: TargetInfo | None = target_info(target) if target is not None else None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
 from typing import Any
 
 from eagle3lab.errors import UserError
@@ -62,8 +61,10 @@ def load_as(checkpoint: str | os.PathLike, engine: str, *,
     """The drafter state `engine` would end up with (see the module docstring)."""
     import torch
 
+    from eagle3lab.formats.locate import locate_checkpoint
+
     profile = get_profile(engine)
-    ck = Checkpoint(Path(checkpoint))
+    ck = Checkpoint(locate_checkpoint(checkpoint))
     if ck.problems:
         raise EngineRefusal("; ".join(f"{p.file}: {p.message}" for p in ck.problems))
     cfg = parse_draft_config(ck.config)

@@ -27,8 +27,10 @@ def fit_errors(draft: str | os.PathLike, *, target: str | os.PathLike,
     """(the engine that loads the checkpoint's format natively, the doctor's error findings
     with these codes for `draft` against `target` inspected for that engine; [] = fits)."""
     from eagle3lab.formats.inspect import inspect_checkpoint
+    from eagle3lab.formats.locate import locate_checkpoint
     from eagle3lab.formats.reader import Checkpoint
 
+    draft = locate_checkpoint(draft)
     ck = Checkpoint(draft)  # headers only: which engine loads this format natively
     fmt = ck.format
     ck.close()
@@ -40,12 +42,11 @@ def fit_errors(draft: str | os.PathLike, *, target: str | os.PathLike,
 def check_draft(draft: str | os.PathLike) -> None:
     """Refuse a drafter path that does not exist or holds no drafter checkpoint (speculators'
     or SGLang's EAGLE-3 format), naming it, before anything slow (the target) is loaded."""
-    from pathlib import Path
-
     from eagle3lab.errors import UserError
+    from eagle3lab.formats.locate import locate_checkpoint
     from eagle3lab.formats.reader import Checkpoint
 
-    p = Path(draft)
+    p = locate_checkpoint(draft)
     if not p.is_dir():
         raise UserError(f"The drafter {str(draft)!r} " + (
             "is a file; a drafter checkpoint is a directory (config.json + weights)."
@@ -78,7 +79,10 @@ def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLi
     from eagle3lab.specdec.plain import PlainEngine
 
     if draft is not None:
+        from eagle3lab.formats.locate import locate_checkpoint
+
         check_draft(draft)
+        draft = locate_checkpoint(draft)
     tgt = target if isinstance(target, Target) else load_target(target, device=device,
                                                                    dtype=dtype)
     if draft is None:

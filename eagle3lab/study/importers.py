@@ -14,9 +14,19 @@ Log sources read by `load_metrics`:
   train/full_acc_i, train/cond_acc_i, train/loss, val/*_epoch, lr, epoch, profile/*) or
   SpecForge `--report-to tensorboard` (OUTPUT/runs: train/ploss_i, train/acc_i, train/lr,
   and per release eval/ploss_i + eval/acc_i, eval/epoch_ploss_i + eval/epoch_acc_i, or
-  eval/ploss_i + eval/per_position_acc/i);
+  eval/ploss_i + eval/per_position_acc/i + eval/simulated_acc_len);
 - MLflow run dirs (metrics/<tag> files, both trainers' `mlflow` logger);
+- trackio project databases (`speculators train --logger trackio`: TRACKIO_DIR/PROJECT.db,
+  default ~/.cache/huggingface/trackio/speculators.db), read with the standard library's
+  sqlite3, read-only;
 - JSONL files of {"step": ..., tag: value} (e.g. a wandb history export).
+
+SpecForge's `eval/simulated_acc_len` (specforge/eval/evaluator.py `_simulated_acc_len`,
+SpecForge 0.2.0 at a6b6b02) is a0 + a0*a1 + ... over its per-position accuracies: the
+accepted DRAFT tokens, without the bonus token that our `sim_accept_len` counts, so it is
+imported as `eval_sim_accept_len` = 1 + value. Where the evaluator had no per-position
+counts it logs its average accuracy under that tag instead (not a length): such rows (no
+`eval/per_position_acc/i` at the step) are left out.
 """
 
 from __future__ import annotations
@@ -47,7 +57,7 @@ TAG_MAPS: dict[str, list[tuple[str, str]]] = {
         (r"eval/(?:epoch_?)?ploss_(\d+)", "eval_loss_{0}"),
         (r"eval/(?:epoch_?)?acc_(\d+)", "eval_full_acc_{0}"),
         (r"eval/per_position_acc/(\d+)", "eval_full_acc_{0}"), (r"train/lr", "lr"),
-        (r"train/epoch", "epoch")],
+        (r"train/epoch", "epoch"), (r"eval/simulated_acc_len", "_sf_sim_len")],
 }
 
 
@@ -84,6 +94,10 @@ def frame_from_scalars(records, *, trainer: str | None = None, decay: float = 1.
         for c in df.columns:
             if m := re.fullmatch(r"(?:train|eval)_loss_(\d+)", c):
                 df[c] = df[c] / decay ** int(m.group(1))
+    if "_sf_sim_len" in df.columns:  # SpecForge: draft tokens only; ours counts the bonus
+        has_pp = (df["eval_full_acc_0"].notna() if "eval_full_acc_0" in df.columns
+                  else pd.Series(False, index=df.index))
+        df["eval_sim_accept_len"] = (1.0 + df["_sf_sim_len"]).where(has_pp)
     if {"_tok_s", "_step_ms"} <= set(df.columns):  # speculators' profile: tokens per step
         per = (df["_tok_s"] * df["_step_ms"] / 1000).ffill()
         df["tokens"] = (per * df["step"].diff().fillna(df["step"] + 1)).cumsum()
@@ -143,6 +157,50 @@ def read_mlflow(run_dir: str | os.PathLike) -> list[tuple[int, str, float]]:
     return out
 
 
+def read_trackio(db: str | os.PathLike, *, run: str | None = None
+                 ) -> list[tuple[int, str, float]]:
+    """Scalars of one run in a trackio project database (TRACKIO_DIR/PROJECT.db).
+
+    trackio writes one row per `log` call into its `metrics` table (run_name, step, and the
+    logged dict as JSON, with inf/NaN spelled "Infinity"/"NaN"; trackio/sqlite_storage.py
+    `SQLiteStorage.log` and utils.serialize_values, trackio 0.36 at 2a02752); speculators'
+    TrackioHandler logs the same flattened dicts as its TensorBoard handler. The file is
+    opened read-only. `run`: the run_name (needed when the project holds several runs)."""
+    import sqlite3
+
+    p = Path(db)
+    try:
+        con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
+        try:
+            names = [r[0] for r in con.execute(
+                "SELECT DISTINCT run_name FROM metrics ORDER BY run_name")]
+            if run is None and len(names) > 1:
+                raise UserError(f"{p} holds {len(names)} trackio runs ({', '.join(names[:8])}); "
+                                f"name one (run=...).")
+            run = run if run is not None else (names[0] if names else None)
+            if run not in names:
+                raise UserError(f"{p} has no trackio run {run!r}; its runs: {names}.")
+            rows = con.execute("SELECT step, metrics FROM metrics WHERE run_name = ? "
+                               "ORDER BY id", (run,)).fetchall()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        raise UserError(f"{p} is not a trackio project database ({e}); trackio keeps one "
+                        f"PROJECT.db per project under TRACKIO_DIR.") from None
+    special = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+    out = []
+    for step, text in rows:
+        try:
+            rec = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        for k, v in rec.items():
+            v = special.get(v, v) if isinstance(v, str) else v
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.append((int(step), k, float(v)))
+    return out
+
+
 def read_tag_jsonl(path: str | os.PathLike) -> list[tuple[int, str, float]]:
     """Scalars from JSONL lines {"step"|"_step"|"global_step": n, tag: value, ...}."""
     out = []
@@ -162,9 +220,10 @@ def read_tag_jsonl(path: str | os.PathLike) -> list[tuple[int, str, float]]:
 
 def load_metrics(source: str | os.PathLike, *, name: str | None = None,
                  trainer: str | None = None, decay: float = 1.0,
-                 tokens_per_step: float | None = None):
+                 tokens_per_step: float | None = None, run: str | None = None):
     """Any supported log (see module docstring) as the common DataFrame, with
-    attrs run/source/loss_kind. The format is detected from what `source` contains."""
+    attrs run/source/loss_kind. The format is detected from what `source` contains.
+    `run`: the run inside a trackio database (its run_name)."""
     p = Path(source)
     if not p.exists():
         raise UserError(f"Metrics source {str(p)!r} does not exist.")
@@ -178,10 +237,13 @@ def load_metrics(source: str | os.PathLike, *, name: str | None = None,
         df = frame_from_scalars(read_tfevents(p), **kw)
     elif p.suffix == ".jsonl":
         df = frame_from_scalars(read_tag_jsonl(p), **kw)
+    elif p.suffix == ".db" and p.is_file():
+        df = frame_from_scalars(read_trackio(p, run=run), **kw)
+        name = name or run
     else:
         raise UserError(f"{p} holds no metrics this reader knows: an eagle3lab run dir "
                         f"(metrics.jsonl), TensorBoard event files, an MLflow run dir "
-                        f"(metrics/), or a JSONL of {{step, tag: value}} lines.")
+                        f"(metrics/), a trackio PROJECT.db, or a JSONL of {{step, tag: value}} lines.")
     df.attrs["run"] = name or (p.name if p.is_dir() else p.parent.name if (
         p.name == "metrics.jsonl" or p.name.startswith("events.out")) else p.stem)
     return df

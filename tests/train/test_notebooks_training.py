@@ -64,3 +64,45 @@ def test_notebook_06_standalone_demo(tmp_path, sharp_target_dir):
     assert "Large-data arm skipped" in text and "[hidden-size]" in text
     assert images >= 3
     assert len(list((tmp_path / "study" / "runs").iterdir())) == 4
+
+
+@pytest.mark.slow
+def test_notebook_02_overlays_a_specforge_run(tmp_path, trained_run):
+    """source="specforge": a SpecForge output dir (event files with its tags, step
+    checkpoints) overlaid with an eagle3lab run: one checkpoint table, one plateau table."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "study"))
+    from test_runs import make_specforge_run
+
+    sf = make_specforge_run(tmp_path / "sf-out")
+    text, images = _run("02_training_curves.ipynb", tmp_path / "02.ipynb",
+                        {"run_dirs": [str(trained_run), str(sf / "runs")],
+                         "names": ["ours", "specforge"], "source": "specforge",
+                         "reference_runs": [], "x": "step", "plateau_window": 2})
+    assert "ours: " in text and "source eagle3lab" in text
+    assert "specforge: 10 logged steps, source specforge, loss = soft_ce" in text
+    assert "checkpoints in 2 run(s)" in text and "specforge export" in text
+    assert "run1-step40" in text  # the checkpoint at the plateau of eval_sim_accept_len
+    assert images >= 5
+
+
+@pytest.mark.slow
+def test_notebook_06_on_speculators_sets(tmp_path, sharp_target_dir):
+    """source="speculators": the demo shards written as speculators writes them (its
+    prepared dataset, token_freq.pt, hs_{i}.safetensors) are the study's arms."""
+    text, images = _run("06_grokking_vs_data.ipynb", tmp_path / "06.ipynb",
+                        {"source": "speculators", "demo_target": str(sharp_target_dir),
+                         "data_fractions": [1.0, 0.5], "seeds": [0],
+                         "epoch_multipliers": [1.0], "budget_epochs": 1.0,
+                         "max_tokens_per_batch": 512, "study_dir": str(tmp_path / "study"),
+                         "large_data_drafter": "none"})
+    assert "data: speculators sets" in text and "/speculators/train" in text
+    assert "2 runs in" in text and "At equal compute" in text
+    assert images >= 2
+    import re
+
+    train = Path(re.search(r"train (\S+/speculators/train)", text).group(1))
+    assert sorted(p.name for p in train.glob("hidden_states/hs_*"))[:1] == ["hs_0.safetensors"]
+    man = json.loads((train / "eagle3lab.manifest.json").read_text())
+    assert man["tool"] == "speculators" and man["vocab_map"]

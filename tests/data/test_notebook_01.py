@@ -29,23 +29,34 @@ def test_notebook_01_runs_under_papermill(tmp_path, default_target_dir):
     assert manifest["totals"]["samples"] == 3
 
 
+#: What each tool's layout looks like on disk, and how notebook 01 describes it.
+FOREIGN = {
+    "specforge": ("rows_*/data_*.ckpt", "final state normed", '"tool": "SpecForge"'),
+    "speculators": ("hidden_states/hs_*.safetensors", "final state pre_norm",
+                    '"tool": "speculators"'),
+}
+
+
 @pytest.mark.slow
-def test_notebook_01_reads_a_specforge_set(tmp_path, tiny_target_dir):
-    """source="specforge": the shards extracted here (tiny target), written in SpecForge's
-    layout, are read back by its reader for the statistics and the per-layer norms."""
+@pytest.mark.parametrize("source", sorted(FOREIGN))
+def test_notebook_01_reads_a_foreign_set(tmp_path, tiny_target_dir, source):
+    """source="specforge" / "speculators": the shards extracted here (tiny target), written
+    in that tool's layout, are read back by its reader for the statistics and the per-layer
+    norms."""
     import papermill as pm
 
     out = tmp_path / "01.ipynb"
     pm.execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
                         parameters={"target": str(tiny_target_dir), "sample_count": 2,
                                     "max_new_tokens": 6, "batch_size": 2, "prompts": "eval",
-                                    "out_dir": str(tmp_path / "run"), "source": "specforge",
+                                    "out_dir": str(tmp_path / "run"), "source": source,
                                     "dtype": "float32"})
     nb = json.loads(out.read_text())
     text = "\n".join(o.get("text", "") if isinstance(o.get("text"), str) else "".join(
         o.get("text", [])) for c in nb["cells"] for o in c.get("outputs", []))
-    assert "specforge set" in text and "2 samples; aux capture points [2, 4, 5]" in text
-    assert "final state normed" in text and '"tool": "SpecForge"' in text
-    assert list((tmp_path / "run" / "specforge").glob("rows_*/data_*.ckpt"))
+    files, final, tool = FOREIGN[source]
+    assert f"{source} set" in text and "2 samples; aux capture points [2, 4, 5]" in text
+    assert final in text and tool in text
+    assert list((tmp_path / "run" / source).glob(files))
     assert any("image/png" in o.get("data", {}) for c in nb["cells"]
                for o in c.get("outputs", []))

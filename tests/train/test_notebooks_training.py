@@ -88,21 +88,58 @@ def test_notebook_02_overlays_a_specforge_run(tmp_path, trained_run):
 
 
 @pytest.mark.slow
-def test_notebook_06_on_speculators_sets(tmp_path, sharp_target_dir):
-    """source="speculators": the demo shards written as speculators writes them (its
-    prepared dataset, token_freq.pt, hs_{i}.safetensors) are the study's arms."""
+def test_notebook_02_overlays_a_speculators_run(tmp_path, trained_run):
+    """source="speculators": its tensorboard log dir and its --save-path epochs (written by
+    speculators' own checkpointer) overlaid with an eagle3lab run."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "study"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "formats"))
+    from test_foreign_checkpoints import save_speculators_epochs
+    from test_importers import write_speculators_log
+
+    from eagle3lab.formats.demo import make_speculators_draft, make_tiny_target
+
+    target = make_tiny_target(tmp_path / "target")
+    spec = make_speculators_draft(tmp_path / "draft", target=target)
+    write_speculators_log(tmp_path / "logs", steps=4)
+    save = save_speculators_epochs(spec, tmp_path / "save", epochs=2, best=0,
+                                   steps_per_epoch=2)
+    text, images = _run("02_training_curves.ipynb", tmp_path / "02.ipynb",
+                        {"run_dirs": [str(trained_run), str(tmp_path / "logs")],
+                         "names": ["ours", "speculators"], "source": "speculators",
+                         "checkpoint_dirs": ["", str(save)], "reference_runs": [],
+                         "x": "step", "plateau_window": 2})
+    assert "ours: " in text and "source eagle3lab" in text
+    assert "speculators: 4 logged steps, source speculators" in text
+    assert "checkpoints in 2 run(s)" in text
+    assert images >= 3
+
+
+#: Each tool's layout on disk and the name its manifest records.
+FOREIGN = {"specforge": ("rows_*/data_*.ckpt", "SpecForge"),
+           "speculators": ("hidden_states/hs_*.safetensors", "speculators")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", sorted(FOREIGN))
+def test_notebook_06_on_foreign_sets(tmp_path, sharp_target_dir, source):
+    """source="specforge" / "speculators": the demo shards written as that tool writes them
+    (SpecForge's rows_*/data_*.ckpt + vocab mapping; speculators' prepared dataset,
+    token_freq.pt, hs_{i}.safetensors) are the study's arms."""
+    import re
+
     text, images = _run("06_grokking_vs_data.ipynb", tmp_path / "06.ipynb",
-                        {"source": "speculators", "demo_target": str(sharp_target_dir),
+                        {"source": source, "demo_target": str(sharp_target_dir),
                          "data_fractions": [1.0, 0.5], "seeds": [0],
                          "epoch_multipliers": [1.0], "budget_epochs": 1.0,
                          "max_tokens_per_batch": 512, "study_dir": str(tmp_path / "study"),
                          "large_data_drafter": "none"})
-    assert "data: speculators sets" in text and "/speculators/train" in text
+    files, tool = FOREIGN[source]
+    assert f"data: {source} sets" in text and f"/{source}/train" in text
     assert "2 runs in" in text and "At equal compute" in text
     assert images >= 2
-    import re
-
-    train = Path(re.search(r"train (\S+/speculators/train)", text).group(1))
-    assert sorted(p.name for p in train.glob("hidden_states/hs_*"))[:1] == ["hs_0.safetensors"]
+    train = Path(re.search(rf"train (\S+/{source}/train)", text).group(1))
+    assert list(train.glob(files))
     man = json.loads((train / "eagle3lab.manifest.json").read_text())
-    assert man["tool"] == "speculators" and man["vocab_map"]
+    assert man["tool"] == tool and man["vocab_map"]

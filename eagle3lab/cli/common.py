@@ -89,7 +89,7 @@ def scale_options() -> argparse.ArgumentParser:
 
 def server_options() -> argparse.ArgumentParser:
     """--server, --api, --concurrency, --server-model, --retries: the options of the data
-    stages a running server can generate for (regenerate)."""
+    stages a running server can generate for (regenerate, self-prompt)."""
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("generation through a server")
     g.add_argument("--server", default=None, metavar="URL",

@@ -116,13 +116,9 @@ def _regenerate(ranks: Ranks, *, target, prompts, out, limit, max_new_tokens,
     if server is not None:
         from eagle3lab.data import remote
 
-        if ranks.many:
-            raise UserError("--server with torchrun: the server runs the GPUs; run one "
-                            "process and raise --concurrency instead.")
-        tgt = remote.TargetInfo(target)
-        gen = remote.ServerGenerator(server, api=api, concurrency=concurrency,
-                                     retries=retries)
-        ident = gen.check_identity(tgt, server_model)  # before anything is written
+        tgt, gen, ident = remote.connect(target, server, many_ranks=ranks.many, api=api,
+                                      concurrency=concurrency, retries=retries,
+                                      server_model=server_model)  # checked before writing
     else:
         tgt = stagerun.load_rank_target(target, ranks, device=device, dtype=dtype,
                                         device_map=device_map)

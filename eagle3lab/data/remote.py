@@ -227,6 +227,20 @@ class ServerGenerator:
                     w.cancel()
 
 
+def connect(target, server: str, *, many_ranks: bool, api: str, concurrency: int,
+            retries: int, server_model: str | None
+            ) -> tuple[TargetInfo, ServerGenerator, dict[str, Any]]:
+    """A data stage's server: the target's tokenizer and config (no weights), the client,
+    and the server's model identity, checked against the target before anything is
+    written (UserError otherwise; also under torchrun, where the server is the scale)."""
+    if many_ranks:
+        raise UserError("--server with torchrun: the server runs the GPUs; run one "
+                        "process and raise --concurrency instead.")
+    tgt = TargetInfo(target)
+    gen = ServerGenerator(server, api=api, concurrency=concurrency, retries=retries)
+    return tgt, gen, gen.check_identity(tgt, server_model)
+
+
 def regenerate_through_server(gen: ServerGenerator, tgt: TargetInfo, batches, *, f,
                               encode, record, params: dict[str, Any], progress=None
                               ) -> tuple[int, int, list[str]]:

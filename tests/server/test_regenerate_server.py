@@ -128,3 +128,26 @@ def test_killed_mid_run_then_resumed_and_retries_counted(tmp_path, tiny_target_d
     assert _records(out) == _records(in_process)  # completed, never a prompt twice
     meta = json.loads((tmp_path / "resumed.jsonl.meta.json").read_text())
     assert meta["server"]["retries"] >= 2 and meta["server"]["failed"] == 0
+
+
+def test_self_prompt_through_the_server_is_seeded_and_not_mixed(tmp_path, tiny_target_dir,
+                                                                 tiny_spec_server):
+    """The tiny random target rarely ends a user turn, so most samples are dropped as
+    unfinished: what is tested is the plumbing (every row of every batch sampled through
+    the server, per-row seeds: a second run writes the same file), and that a file
+    sampled through a server is not continued in-process (another sampler)."""
+    from eagle3lab.data.selfprompt import synthesize_prompts
+
+    kw = dict(target=str(tiny_target_dir), n=3, batch_size=3, max_batches=2,
+              max_new_tokens=8, temperature=1.0, exclude=None, progress=False,
+              server=tiny_spec_server.url, concurrency=3)
+    a = synthesize_prompts(out=tmp_path / "a.jsonl", **kw)
+    b = synthesize_prompts(out=tmp_path / "b.jsonl", **kw)
+    assert a["counts"]["sampled"] == b["counts"]["sampled"] > 0
+    assert a["counts"] == b["counts"] and a["batches"] == 2
+    assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text()
+    meta = json.loads((tmp_path / "a.jsonl.meta.json").read_text())
+    assert meta["params"]["sampler"] == "server"
+    with pytest.raises(UserError, match="sampler"):
+        synthesize_prompts(out=tmp_path / "a.jsonl", **{**kw, "server": None,
+                                                        "device": "cpu", "max_batches": 3})

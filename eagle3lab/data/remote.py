@@ -23,6 +23,7 @@ import os
 import time
 from typing import Any, Callable
 
+from eagle3lab import asyncutil
 from eagle3lab.errors import UserError
 
 APIS = ("sglang", "openai")
@@ -195,7 +196,7 @@ class ServerGenerator:
                          write: Callable[[int, list[int], str], None]) -> None:
         """Send every (key, prompt ids, sampling) with `concurrency` in flight; call
         `write(index, output ids, finish)` in the jobs' order as answers complete."""
-        asyncio.run(self._run(jobs, write))
+        asyncutil.run(self._run(jobs, write))
 
     async def _run(self, jobs, write) -> None:
         import aiohttp

@@ -24,6 +24,7 @@ import math
 import time
 from typing import Any
 
+from eagle3lab import asyncutil
 from eagle3lab.server.workload import HISTOGRAM_KEYS
 
 
@@ -112,7 +113,7 @@ def run_level(url: str, requests: list[dict[str, Any]], *, concurrency: int,
         raise ValueError(f"api={api!r}; expected sglang or openai")
     before = scrape(url) if metrics else None
     t0 = time.perf_counter()
-    rows = asyncio.run(_level(url, requests, concurrency=concurrency, api=api,
+    rows = asyncutil.run(_level(url, requests, concurrency=concurrency, api=api,
                               timeout_s=timeout_s, max_new_tokens=max_new_tokens,
                               temperature=temperature, stream=stream, model=model))
     wall = time.perf_counter() - t0

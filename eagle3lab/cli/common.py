@@ -85,3 +85,23 @@ def scale_options() -> argparse.ArgumentParser:
                    help="under torchrun: seconds a rank waits for the others (at the end of "
                    "its share) before the job fails (default: %(default)g)")
     return p
+
+
+def server_options() -> argparse.ArgumentParser:
+    """--server, --api, --concurrency, --server-model, --retries: the options of the data
+    stages a running server can generate for (regenerate, self-prompt)."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("generation through a server")
+    g.add_argument("--server", default=None, metavar="URL",
+                   help="a running server that generates (e.g. http://127.0.0.1:30000); "
+                   "the target's weights are not loaded here")
+    g.add_argument("--api", choices=("sglang", "openai"), default="sglang",
+                   help="sglang: native /generate with input_ids (SGLang, eagle3lab serve); "
+                   "openai: /v1/completions with token ids and return_token_ids (vLLM)")
+    g.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    g.add_argument("--server-model", default=None,
+                   help="the name the server serves the target under, when it is not the "
+                   "target's (checked against the server's model before writing)")
+    g.add_argument("--retries", type=int, default=5,
+                   help="retries per failed request (exponential backoff from 1 s)")
+    return p

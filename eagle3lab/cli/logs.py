@@ -1,4 +1,5 @@
-"""`eagle3lab logs`: read a saved or growing SGLang log and say where the server stands."""
+"""`eagle3lab logs`: read a saved or growing SGLang or vLLM log and say where the server
+stands."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from eagle3lab.cli.common import add_command, json_option
 def add_parser(sub) -> None:
     p = add_command(
         sub, "logs", run,
-        help="analyse an SGLang server log: phase, verdict, warnings, accept length",
-        description="Parse an SGLang (or reference server) log: start-up phases, a verdict "
+        help="analyse an SGLang or vLLM server log: phase, verdict, warnings, accept length",
+        description="Parse an SGLang, vLLM (format detected) or reference server log: start-up "
+        "phases, a verdict "
         "(starting, ready, hung = not ready and no line for --silence-s, crashed = a "
-        "traceback or a dead scheduler), known warnings explained, the Decode batch lines "
-        "(accept len, accept rate, gen throughput) and findings such as "
+        "traceback, a dead scheduler or engine core), known warnings explained, the decode "
+        "lines (SGLang's Decode batch; vLLM's stats and SpecDecoding metrics lines: accept "
+        "len, accept rate, per-position acceptance, gen throughput) and findings such as "
         "acceptance-collapse (speculation on, accept len ~1.0). Exit status: 0 ready or "
         "starting, 1 crashed, hung or an error finding, 2 LOGFILE missing.",
         parents=[json_option()])
@@ -43,7 +46,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 1 if bad else 0
-    print(f"{path}: {report['verdict']} (phase {report['phase'] or '-'}, last line "
+    print(f"{path}: {report['format']} log, {report['verdict']} (phase {report['phase'] or '-'}, last line "
           f"{report['last_line_time'] or '-'}, {report['lines']} lines)")
     for p in report["phases"]:
         print(f"  {p['time'] or '-':<19}  {p['phase']:<20} line {p['line']}")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from eagle3lab.cli.common import add_command, generation_options, scale_options
+from eagle3lab.cli.common import (add_command, generation_options, scale_options,
+                                   server_options)
 
 
 def add_parser(sub) -> None:
@@ -15,8 +16,12 @@ def add_parser(sub) -> None:
         "OUT.meta.json with the parameters. Re-running continues where it stopped and never "
         "answers a prompt twice. Under torchrun (torchrun --nproc-per-node N -m eagle3lab "
         "regenerate ...) the batches are dealt to the ranks and rank 0 merges their answers "
-        "into --out in the prompts' order.",
-        parents=[generation_options(), scale_options()])
+        "into --out in the prompts' order. With --server URL a running SGLang, vLLM or "
+        "`eagle3lab serve` server generates instead (the chat template is applied here and "
+        "token ids are sent; the server must serve the target; --concurrency requests in "
+        "flight; failed requests are retried with backoff): greedy records equal the "
+        "in-process ones.",
+        parents=[generation_options(), scale_options(), server_options()])
     p.add_argument("--prompts", default="train",
                    help="'train' or 'eval' (shipped sets) or a JSONL file of {\"prompt\": ...}")
     p.add_argument("--out", required=True, help="output JSONL file (appended to on resume)")
@@ -40,7 +45,9 @@ def run(args) -> int:
                    system_prompt=args.system_prompt, samples=args.samples,
                    device=args.device, dtype=args.dtype,
                    progress=not args.no_progress, device_map=args.device_map,
-                   dist_timeout=args.dist_timeout)
+                   dist_timeout=args.dist_timeout, server=args.server, api=args.api,
+                   concurrency=args.concurrency, server_model=args.server_model,
+                   retries=args.retries)
     if not detect().main:  # rank 0 reports for all ranks
         return 0
     print(f"{s['out']}: {s['records']} records ({s['new_records']} new, {s['new_tokens']} new "

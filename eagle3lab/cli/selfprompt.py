@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from eagle3lab.cli.common import add_command, generation_options, scale_options
+from eagle3lab.cli.common import (add_command, generation_options, scale_options,
+                                   server_options)
 
 
 def add_parser(sub) -> None:
@@ -21,8 +22,11 @@ def add_parser(sub) -> None:
         "Re-running continues at the next batch and never repeats an id (raise --n to "
         "extend a file); other parameters are refused. Under torchrun (torchrun "
         "--nproc-per-node N -m eagle3lab self-prompt ...) each rank samples its own batches "
-        "and rank 0 writes what one process would.",
-        parents=[generation_options("needs a chat template"), scale_options()])
+        "and rank 0 writes what one process would. With --server URL a running SGLang, vLLM "
+        "or `eagle3lab serve` server samples instead (same prefix as token ids, per-row "
+        "seeds; the server must serve the target).",
+        parents=[generation_options("needs a chat template"), scale_options(),
+                 server_options()])
     p.add_argument("--out", required=True, help="output prompts JSONL (appended to on resume)")
     p.add_argument("--n", "--num-prompts", dest="n", type=int, default=1000,
                    help="prompts to keep in --out in all (under torchrun write --num-prompts: "
@@ -53,7 +57,9 @@ def run(args) -> int:
         exclude=None if args.exclude.lower() == "none" else args.exclude,
         system_prompt=args.system_prompt, max_batches=args.max_batches, device=args.device,
         dtype=args.dtype, progress=not args.no_progress, device_map=args.device_map,
-        dist_timeout=args.dist_timeout)
+        dist_timeout=args.dist_timeout, server=args.server, api=args.api,
+        concurrency=args.concurrency, server_model=args.server_model,
+        retries=args.retries)
     if not detect().main:  # rank 0 reports for all ranks
         return 0
     c = s["counts"]

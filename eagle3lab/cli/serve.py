@@ -14,10 +14,13 @@ def add_parser(sub) -> None:
         "engine; --speculative alone uses the default drafter) over the "
         "subset of SGLang's native API the benchmark client uses: /health, /generate (same "
         "request fields; meta_info with completion_tokens, spec_verify_ct, "
-        "spec_accept_length, spec_accept_histogram) and /get_server_info "
-        "(avg_spec_accept_length). Logs SGLang-format start-up and `Decode batch` lines to "
-        "stdout. One request at a time: a reference for tests and notebooks, NOT a "
-        "production server. SIGUSR1 dumps every thread's stack to the log.",
+        "spec_accept_length, spec_accept_histogram; \"stream\": true sends SSE chunks as "
+        "SGLang), /get_server_info (avg_spec_accept_length), the OpenAI /v1/completions and "
+        "/v1/models as vLLM serves them, and /metrics (vLLM's spec-decode counters, SGLang's "
+        "gauges). Logs SGLang-format start-up and `Decode batch` lines to stdout. Requests "
+        "are queued and decoded one at a time (health and metrics keep answering): a "
+        "reference for tests and notebooks, NOT a production server. SIGUSR1 dumps every "
+        "thread's stack to the log.",
         parents=[target_option(), device_option()])
     p.add_argument("--draft", default=None,
                    help="EAGLE-3 draft checkpoint (implies --speculative); without it and "
@@ -32,6 +35,9 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind; anything but loopback is reachable from outside")
     p.add_argument("--port", type=int, default=30000, help="port to listen on")
+    p.add_argument("--served-model-name", default=None,
+                   help="the model name /v1/models and /metrics report (default: --target, "
+                   "as vLLM)")
     p.add_argument("--force", action="store_true",
                    help="serve even when the launch's preflight (eagle3lab preflight) finds "
                    "an error")
@@ -56,7 +62,7 @@ def run(args) -> int:
             return refused
     return serve(target=args.target, draft=draft, steps=args.steps, topk=args.topk,
                  draft_tokens=draft_tokens, host=args.host, port=args.port,
-                 device=args.device)
+                 device=args.device, served_model_name=args.served_model_name)
 
 
 def _preflight(args, draft, draft_tokens) -> int | None:

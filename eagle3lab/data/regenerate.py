@@ -14,6 +14,12 @@ ones is refused instead of mixing two kinds of responses in one file.
 
 Under torchrun the batches are dealt to the ranks and their answers merged into one file
 in the prompts' order, the same file one process writes (`eagle3lab.data.rankparts`).
+
+With `server=URL` a serving engine generates instead (`eagle3lab.data.remote`): the chat
+template is still applied here (token ids go out, so the loss mask is exact), the server's
+model must be the target (checked before anything is written), N requests are in flight,
+failed ones are retried with backoff; greedy records equal in-process ones token for
+token. The target's weights are not loaded then (tokenizer and config only).
 """
 
 from __future__ import annotations
@@ -67,6 +73,8 @@ def regenerate(
     system_prompt: str | None = None, max_prompt_tokens: int = 1024, samples: int = 1,
     device: str = "auto", dtype: str = "float32", progress: bool = True,
     device_map: str | None = None, dist_timeout: float = stagerun.DEFAULT_TIMEOUT_S,
+    server: str | None = None, api: str = "sglang", concurrency: int = 8,
+    server_model: str | None = None, retries: int = 5,
 ) -> dict[str, Any]:
     """Have the target answer `prompts`; append JSONL records to `out`. Returns a summary.
 
@@ -77,13 +85,20 @@ def regenerate(
     Under torchrun the batches (the same as one process forms) are dealt to the ranks in
     turn; rank r appends its answers to its part file and rank 0 merges them into `out` in
     the prompts' order (`eagle3lab.data.rankparts`). Every rank returns the same summary.
+    server: a serving engine's URL generates instead (api "sglang": native /generate with
+    input_ids; "openai": /v1/completions with token ids), `concurrency` requests in
+    flight, `retries` per request with backoff; `server_model` names the served model when
+    it is not the target's name. Sampled answers are seeded per prompt (seed + index).
     """
+    if server is not None and device_map is None:
+        device = "cpu"  # nothing is loaded on a device here; the server generates
     return stagerun.run_stage(_regenerate, locals())  # every argument above
 
 
 def _regenerate(ranks: Ranks, *, target, prompts, out, limit, max_new_tokens,
                 batch_size, temperature, top_p, seed, system_prompt, max_prompt_tokens,
-                samples, device, dtype, progress, device_map) -> dict[str, Any]:
+                samples, device, dtype, progress, device_map, server, api, concurrency,
+                server_model, retries) -> dict[str, Any]:
     import torch
     from tqdm.auto import tqdm
 
@@ -97,8 +112,16 @@ def _regenerate(ranks: Ranks, *, target, prompts, out, limit, max_new_tokens,
         if temperature <= 0:
             raise UserError("samples > 1 needs temperature > 0 (greedy answers would repeat).")
         plist = [dataclasses.replace(p, id=f"{p.id}#{k}") for k in range(samples) for p in plist]
-    tgt = stagerun.load_rank_target(target, ranks, device=device, dtype=dtype,
-                                    device_map=device_map)
+    gen = ident = None
+    if server is not None:
+        from eagle3lab.data import remote
+
+        tgt, gen, ident = remote.connect(target, server, many_ranks=ranks.many, api=api,
+                                      concurrency=concurrency, retries=retries,
+                                      server_model=server_model)  # checked before writing
+    else:
+        tgt = stagerun.load_rank_target(target, ranks, device=device, dtype=dtype,
+                                        device_map=device_map)
     fp = prompts_fingerprint(prompts)
     params = {
         "target_config_sha256": tgt.config_sha256, "prompts_sha256": fp["sha256"],
@@ -142,13 +165,27 @@ def _regenerate(ranks: Ranks, *, target, prompts, out, limit, max_new_tokens,
     dest = rankparts.jsonl_part_path(out, ranks.rank) if ranks.many else out
 
     tok = tgt.tokenizer
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    eos_ids = tgt.model.generation_config.eos_token_id
-    eos_set = set(eos_ids if isinstance(eos_ids, list) else [eos_ids or tok.eos_token_id])
     new_tokens, new_records, skipped = 0, 0, []
     t0 = time.time()
     bar = tqdm(total=sum(len(b) for b in mine), desc="regenerate", unit="prompt",
                disable=not (progress and ranks.main))
+    if gen is not None:
+        from eagle3lab.data import remote
+
+        def encode(p):
+            ids = chat_prompt_ids(tok, p.prompt, system_prompt)
+            return None if len(ids) > max_prompt_tokens else ids
+
+        with open(dest, "a", encoding="utf-8") as f:
+            new_records, new_tokens, skipped = remote.regenerate_through_server(
+                gen, tgt, mine, f=f, encode=encode, record=conversation_record,
+                params={"max_new_tokens": max_new_tokens, "temperature": float(temperature),
+                        "top_p": float(top_p), "seed": seed}, progress=bar.update)
+        meta["server"] = remote.server_summary(gen, ident, t0)
+        mine = []
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    eos_ids = tgt.model.generation_config.eos_token_id if mine else None
+    eos_set = set(eos_ids if isinstance(eos_ids, list) else [eos_ids or tok.eos_token_id])
     with open(dest, "a", encoding="utf-8") as f:
         for batch in mine:
             encoded, kept = [], []

@@ -19,6 +19,12 @@ and never repeats an id or a batch seed; different parameters are refused.
 
 Under torchrun each rank samples its own batches of a round and every rank filters the
 gathered samples in batch order, so the file is the one a single process writes.
+
+With `server=URL` a running serving engine samples instead (`eagle3lab.data.remote`: the
+same chat-template prefix as token ids, the same stop tokens, row r of batch b seeded
+(seed + b) * batch_size + r; the server's model is checked against the target first). Its
+sampler is not torch's, so a file is either sampled here or through a server (`sampler`
+in the parameters), never both.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from eagle3lab.data.regenerate import meta_path, read_meta  # one <out>.meta.jso
 
 _SENTINEL = "\u2063EAGLE3LAB_USER_TURN\u2063"
 _IDENTITY_KEYS = ("target_config_sha256", "temperature", "top_p", "seed", "max_new_tokens",
-                  "batch_size", "system_prompt", "min_words", "exclude_sha256")
+                  "batch_size", "system_prompt", "min_words", "exclude_sha256", "sampler")
 SHINGLE = 8  # words in a run that, shared with an eval prompt, excludes a prompt
 
 
@@ -102,7 +108,9 @@ def synthesize_prompts(
     exclude: str | os.PathLike | None = "eval", system_prompt: str | None = None,
     max_batches: int | None = None, device: str = "auto", dtype: str = "float32",
     progress: bool = True, device_map: str | None = None,
-    dist_timeout: float = stagerun.DEFAULT_TIMEOUT_S,
+    dist_timeout: float = stagerun.DEFAULT_TIMEOUT_S, server: str | None = None,
+    api: str = "sglang", concurrency: int = 8, server_model: str | None = None,
+    retries: int = 5,
 ) -> dict[str, Any]:
     """Have the target write `n` distinct user prompts; append them to `out` (JSONL).
 
@@ -116,13 +124,18 @@ def synthesize_prompts(
     Under torchrun rank r samples batches b + r of each round of world-size batches; the
     samples are gathered and every rank filters them in batch order (the filter is
     sequential: duplicates, the n-th prompt), so rank 0 writes what one process writes.
+    server / api / concurrency / server_model / retries: a running server samples instead
+    (as `regenerate`'s; one process).
     """
+    if server is not None and device_map is None:
+        device = "cpu"  # nothing is loaded on a device here; the server samples
     return stagerun.run_stage(_synthesize, locals())  # every argument above
 
 
 def _synthesize(ranks: Ranks, *, target, out, n, temperature, top_p,
                 max_new_tokens, batch_size, seed, min_words, exclude, system_prompt,
-                max_batches, device, dtype, progress, device_map) -> dict[str, Any]:
+                max_batches, device, dtype, progress, device_map, server, api, concurrency,
+                server_model, retries) -> dict[str, Any]:
     import contextlib
 
     import torch
@@ -149,11 +162,20 @@ def _synthesize(ranks: Ranks, *, target, out, n, temperature, top_p,
         for p in load_prompts(exclude):
             held_shingles |= shingles(p.prompt)
             held_norm.add(normalise(p.prompt))
-    tgt = stagerun.load_rank_target(target, ranks, device=device, dtype=dtype,
-                                    device_map=device_map)
+    gen = None
+    if server is not None:
+        from eagle3lab.data import remote
+
+        tgt, gen, _ = remote.connect(target, server, many_ranks=ranks.many, api=api,
+                                      concurrency=concurrency, retries=retries,
+                                      server_model=server_model)  # checked before writing
+        eos = tgt.eos_ids
+    else:
+        tgt = stagerun.load_rank_target(target, ranks, device=device, dtype=dtype,
+                                        device_map=device_map)
+        eos = tgt.model.generation_config.eos_token_id
     tok = tgt.tokenizer
     prefix, end_id = user_turn_prefix(tok, system_prompt)
-    eos = tgt.model.generation_config.eos_token_id
     stop_ids = ({end_id} | set(eos if isinstance(eos, list) else [eos])) - {None}
     # a turn is finished when the first special token it writes is a stop token
     special = stop_ids | set(tok.all_special_ids)
@@ -163,7 +185,8 @@ def _synthesize(ranks: Ranks, *, target, out, n, temperature, top_p,
               "top_p": float(top_p), "seed": seed, "max_new_tokens": max_new_tokens,
               "batch_size": batch_size, "system_prompt": system_prompt,
               "min_words": min_words,
-              "exclude_sha256": exclude_fp["sha256"] if exclude_fp else None}
+              "exclude_sha256": exclude_fp["sha256"] if exclude_fp else None,
+              "sampler": "server" if gen is not None else None}
     mpath = meta_path(out)
 
     def prepare() -> dict[str, Any]:
@@ -207,20 +230,33 @@ def _synthesize(ranks: Ranks, *, target, out, n, temperature, top_p,
     seen = {normalise(r["prompt"]) for r in done}
     max_batches = max_batches or max(4, -(-4 * n // batch_size))
 
-    start = torch.tensor([prefix], dtype=torch.long, device=tgt.device).repeat(batch_size, 1)
-    attn = torch.ones_like(start)
-
-    def sample(batch: int) -> list[tuple[str, bool]]:
-        """Batch `batch`'s user turns: (text, finished) per row."""
+    def generate_rows(batch: int) -> list[list[int]]:
+        """Batch `batch`'s sampled ids after the prefix, one list per row."""
+        if gen is not None:
+            rows: list[list[int]] = [[] for _ in range(batch_size)]
+            sp = {"max_new_tokens": max_new_tokens, "temperature": float(temperature),
+                  "top_p": float(top_p), "stop_token_ids": sorted(stop_ids)}
+            gen.generate_ordered(
+                [(f"batch {batch} row {r}", prefix,
+                  {**sp, "seed": (seed + batch) * batch_size + r})
+                 for r in range(batch_size)],
+                lambda i, ids, finish: rows.__setitem__(i, ids))
+            return rows
+        start = torch.tensor([prefix], dtype=torch.long, device=tgt.device).repeat(
+            batch_size, 1)
         torch.manual_seed(seed + batch)
         with torch.inference_mode():
-            gen = tgt.model.generate(
-                input_ids=start, attention_mask=attn, do_sample=True,
+            out = tgt.model.generate(
+                input_ids=start, attention_mask=torch.ones_like(start), do_sample=True,
                 temperature=temperature, top_p=top_p, top_k=0,
                 max_new_tokens=max_new_tokens, eos_token_id=sorted(stop_ids),
                 pad_token_id=pad_id)
+        return out[:, len(prefix):].tolist()
+
+    def sample(batch: int) -> list[tuple[str, bool]]:
+        """Batch `batch`'s user turns: (text, finished) per row."""
         rows = []
-        for row in gen[:, len(prefix):].tolist():
+        for row in generate_rows(batch):
             stop = next((k for k, t in enumerate(row) if t in special), None)
             finished = stop is not None and row[stop] in stop_ids
             rows.append((tok.decode(row[:stop], skip_special_tokens=True).strip()

@@ -35,6 +35,8 @@ class BenchResult:
     infos: dict[str, dict | None]  # arm -> /get_server_info after the run
     stops: dict[str, dict[str, Any]]  # arm -> how its process group was stopped
     skipped: dict[str, str]  # arm -> why it has no benchmark rows
+    sweep: Any = None  # DataFrame: per arm and concurrency level (loadgen.sweep)
+    live: Any = None  # DataFrame: per arm, /metrics window and position (acceptance)
 
     def warnings_table(self):
         """Known warnings seen in each arm's log, explained (instead of the raw log)."""
@@ -53,12 +55,13 @@ class BenchResult:
         return pd.DataFrame(rows, columns=["arm", "code", "severity", "message"])
 
     def save(self, run_dir: str | Path) -> list[Path]:
-        """requests.csv, summary.csv, positions.csv, decode.csv, bench.json in run_dir."""
+        """requests.csv, summary.csv, positions.csv, decode.csv, bench.json in run_dir
+        (and sweep.csv, live.csv when a concurrency sweep ran)."""
         from eagle3lab.fsutil import atomic_write_json, atomic_write_text
 
         run_dir = Path(run_dir)
         out = []
-        for name in ("requests", "summary", "positions", "decode"):
+        for name in ("requests", "summary", "positions", "decode", "sweep", "live"):
             df = getattr(self, name)
             if df is not None:
                 atomic_write_text(run_dir / f"{name}.csv", df.to_csv(index=False))
@@ -95,6 +98,9 @@ def summary_numbers(result: BenchResult, *, engine: str) -> dict[str, Any]:
         "findings": sorted({f["code"] for rep in result.logs.values()
                             for f in rep["findings"]}),
         "skipped_arms": sorted(result.skipped),
+        "sweep_tokens_per_s": {} if result.sweep is None else {
+            arm: dict(zip(g["concurrency"].astype(int), g["throughput_tok_s"]))
+            for arm, g in result.sweep.groupby("arm", sort=False)},
     }
 
 
@@ -104,12 +110,17 @@ def benchmark_arms(arms: dict, *, prompts: list, run_dir: str | Path, tokenizer=
                    baseline: str = "baseline",
                    on_change: Callable[[dict], None] | None = None,
                    log: Callable[[str], None] = print, force: bool = False,
-                   preflights: dict | None = None) -> BenchResult:
+                   preflights: dict | None = None, concurrency_levels=(),
+                   metrics_interval_s: float = 1.0,
+                   sweep_max_new_tokens: int | None = None) -> BenchResult:
     """Start each arm's server (LaunchConfig) in turn, wait for it with the watchdog,
     send the same requests, read its info and log, stop it (always, also on error). An
     arm whose server does not become ready, or whose preflight finds an error (unless
     `force`; `preflights`: reports already made per arm), is recorded in `skipped` with
-    the reason."""
+    the reason. `concurrency_levels`: also run the concurrent benchmark client at these
+    levels on each arm's server (streaming, the same requests), polling its /metrics every
+    `metrics_interval_s` for per-position acceptance over time (`sweep`, `live`), with
+    `sweep_max_new_tokens` per request (default: max_new_tokens)."""
     import pandas as pd
 
     from eagle3lab.preflight.run import PreflightRefused
@@ -118,6 +129,7 @@ def benchmark_arms(arms: dict, *, prompts: list, run_dir: str | Path, tokenizer=
 
     requests = build_requests(prompts, tokenizer)
     frames, decode, watch, logs, infos, stops, skipped = [], [], {}, {}, {}, {}, {}
+    sweeps, lives = [], []
     for arm, cfg in arms.items():
         try:
             handle = start(cfg, run_dir=run_dir, name=arm, force=force,
@@ -141,6 +153,10 @@ def benchmark_arms(arms: dict, *, prompts: list, run_dir: str | Path, tokenizer=
                                        max_new_tokens=max_new_tokens,
                                        temperature=temperature))
             infos[arm] = server_info(handle.url)
+            if concurrency_levels:
+                _sweep_arm(handle.url, arm, requests, concurrency_levels, sweeps, lives,
+                           max_new_tokens=sweep_max_new_tokens or max_new_tokens,
+                           temperature=temperature, interval_s=metrics_interval_s, log=log)
         finally:
             stops[arm] = handle.stop()
         logs[arm] = analyse_log(handle.log_path, silence_s=silence_s)
@@ -152,4 +168,20 @@ def benchmark_arms(arms: dict, *, prompts: list, run_dir: str | Path, tokenizer=
                                                           baseline=baseline),
                        positions=per_position(req_df),
                        decode=pd.concat(decode, ignore_index=True) if decode else None,
-                       watch=watch, logs=logs, infos=infos, stops=stops, skipped=skipped)
+                       watch=watch, logs=logs, infos=infos, stops=stops, skipped=skipped,
+                       sweep=pd.concat(sweeps, ignore_index=True) if sweeps else None,
+                       live=pd.concat(lives, ignore_index=True) if lives else None)
+
+
+def _sweep_arm(url, arm, requests, levels, sweeps, lives, *, max_new_tokens, temperature,
+               interval_s, log) -> None:
+    """The concurrency sweep on one running server, /metrics polled throughout."""
+    from eagle3lab.server.loadgen import sweep
+    from eagle3lab.server.metrics import MetricsPoller, positions_frame
+
+    with MetricsPoller(url, interval_s=interval_s) as poller:
+        levels_df, _ = sweep(url, requests, levels=levels, arm=arm,
+                             max_new_tokens=max_new_tokens, temperature=temperature, log=log)
+    sweeps.append(levels_df)
+    live = positions_frame(poller.windows(), label=arm)
+    lives.append(live.rename(columns={"label": "arm"}))

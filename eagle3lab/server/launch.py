@@ -46,8 +46,9 @@ class LaunchConfig(StrictConfig):
                         "directory/preset name (reference)")
     draft: str | None = Field(None, description="EAGLE-3 draft checkpoint; None serves "
                               "without speculation")
-    engine: Literal["sglang", "reference"] = Field("sglang", description="reference: "
-                                                   "eagle3lab serve (CPU)")
+    engine: Literal["sglang", "vllm", "reference"] = Field(
+        "sglang", description="vllm: `vllm serve` (the `vllm` script beside `python`); "
+        "reference: eagle3lab serve (CPU)")
     tp: int = Field(1, ge=1, description="tensor parallel size (sglang --tp-size); reference: "
                     "must be 1")
     speculative_algorithm: str = Field("EAGLE3", description="used only with a draft")
@@ -83,6 +84,13 @@ class LaunchConfig(StrictConfig):
                 f"draft_tokens={self.draft_tokens} with topk=1: a chain verifies steps + 1 = "
                 f"{self.steps + 1} tokens and SGLang overrides the value silently. Set "
                 f"draft_tokens to {self.steps + 1} or leave it None")
+        if self.engine == "vllm" and self.draft and self.topk != 1:
+            raise ValueError(f"topk={self.topk} with engine vllm: vLLM's EAGLE-3 drafts a "
+                             f"chain of num_speculative_tokens (= steps); set topk 1 (a "
+                             f"tree needs speculative_token_tree in extra_args' config)")
+        if self.engine == "vllm" and self.cuda_graph_max_bs is not None:
+            raise ValueError("cuda_graph_max_bs is SGLang's flag; for vLLM pass your "
+                             "release's capture-size flag in extra_args")
         if self.draft and self.topk > 1 and self.draft_tokens is None:
             raise ValueError("topk > 1 (tree drafting) needs draft_tokens, the number of tree "
                              "nodes verified per step (e.g. 8 or 16)")
@@ -108,6 +116,8 @@ class LaunchConfig(StrictConfig):
                 argv += ["--draft", self.draft, "--steps", str(self.steps), "--topk",
                          str(self.topk), "--draft-tokens", str(self.effective_draft_tokens)]
             return argv + list(self.extra_args)
+        if self.engine == "vllm":
+            return self._vllm_argv(py)
         argv = [py, "-m", "sglang.launch_server", "--model-path", self.target,
                 "--tp-size", str(self.tp), "--host", self.host, "--port", str(self.port)]
         if self.draft:
@@ -122,6 +132,24 @@ class LaunchConfig(StrictConfig):
             argv += [_cuda_graph_max_bs_flag(self.sglang_version), str(self.cuda_graph_max_bs)]
         if self.max_running_requests is not None:
             argv += ["--max-running-requests", str(self.max_running_requests)]
+        return argv + list(self.extra_args)
+
+
+    def _vllm_argv(self, py: str) -> list[str]:
+        """`vllm serve T ...` (flags from vllm/engine/arg_utils.py `EngineArgs`:
+        --tensor-parallel-size, --speculative-config as JSON with method, model,
+        num_speculative_tokens (vllm/config/speculative.py), --enforce-eager,
+        --max-num-seqs; host/port from vllm/entrypoints/openai/cli_args.py)."""
+        argv = [str(Path(py).parent / "vllm"), "serve", self.target, "--host", self.host,
+                "--port", str(self.port), "--tensor-parallel-size", str(self.tp)]
+        if self.draft:
+            argv += ["--speculative-config", json.dumps({
+                "method": "eagle3", "model": self.draft,
+                "num_speculative_tokens": self.steps})]
+        if not self.cuda_graph:
+            argv.append("--enforce-eager")
+        if self.max_running_requests is not None:
+            argv += ["--max-num-seqs", str(self.max_running_requests)]
         return argv + list(self.extra_args)
 
 

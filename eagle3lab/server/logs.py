@@ -1,4 +1,4 @@
-"""SGLang log lines -> start-up phases, a verdict, decode statistics and findings.
+"""SGLang and vLLM log lines -> start-up phases, a verdict, decode statistics and findings.
 
 Prevents reading a server's state wrong from a raw log: a start that hung for ten minutes
 looks like a slow start, a scheduler traceback scrolls past under import-error noise, and
@@ -6,6 +6,12 @@ an accept length stuck at 1.00 (a drafter that is loaded but never accepted, e.g
 the wrong aux layers: eagle3lab/target/auxlayers.py) looks like a working speculative server. `LogAnalyzer` is fed lines one at
 a time (a saved log, or a growing one via `follow`), keeps raw counts, and `report()`
 returns the JSON object of `eagle3lab logs --json`.
+
+The format is detected per line: a vLLM-stamped line (vllm_logs.py, which cites vLLM's
+source for each line it reads) makes the log a vLLM log (`format`), whose phases, crash
+markers, stats lines and `SpecDecoding metrics` lines (accept length, acceptance rate and
+per-position acceptance) fill the same phases and decode table; lines neither parser
+knows are kept (counted, timed when stamped, matched against the warnings catalogue).
 
 Formats, read from the SGLang source (sgl-project/sglang, python/sglang/srt/):
 - timestamps: `utils/common.py` `configure_logger`: `[%(asctime)s{.msecs}{prefix}] msg`,
@@ -30,6 +36,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from eagle3lab.server import vllm_logs
 from eagle3lab.server.warnings import WarningTally, hang_cause
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -80,13 +87,18 @@ class LogLine:
     time: dt.datetime | None  # SGLang's local wall-clock time; None for untimed lines
     tags: tuple[str, ...]  # rank tags such as ("TP0",), empty without
     message: str  # the text after the timestamp (the whole line when untimed)
+    engine: str | None = None  # "vllm" for a vLLM-stamped line; None otherwise
 
 
 def parse_line(raw: str, lineno: int = 0) -> LogLine:
-    """One log line, ANSI colours removed; timestamp and rank tags split off."""
+    """One log line, ANSI colours removed; timestamp and rank tags split off (SGLang's
+    stamp, else vLLM's: its tags are the process names and the level)."""
     line = _ANSI.sub("", raw.rstrip("\r\n"))
     m = _STAMP.match(line)
     if not m:
+        v = vllm_logs.parse_stamp(line)
+        if v is not None:
+            return LogLine(lineno, v[0], v[1], v[2], "vllm")
         return LogLine(lineno, None, (), line)
     frac = (m["frac"] or "0").ljust(6, "0")
     t = dt.datetime.strptime(f"{m['date']} {m['clock']}", "%Y-%m-%d %H:%M:%S").replace(
@@ -130,6 +142,7 @@ class LogAnalyzer:
         self.crash: dict[str, Any] | None = None
         self.warnings = WarningTally()
         self._expect_exc = False
+        self.format = "sglang"  # "vllm" once a vLLM-stamped line is seen
 
     def feed(self, raw: str) -> LogLine:
         self.lines += 1
@@ -138,19 +151,32 @@ class LogAnalyzer:
         if ln.time is not None:
             self.first_time = self.first_time or ln.time
             self.last_time = ln.time
-        for name, rx in PHASES:
+        if ln.engine == "vllm":
+            self.format = "vllm"
+        for name, rx in (vllm_logs.PHASES if self.format == "vllm" else PHASES):
             if rx.search(msg):
                 if not self.phases or self.phases[-1]["phase"] != name:
                     self.phases.append({"phase": name, "time": _iso(ln.time),
                                         "line": ln.lineno, "message": msg.strip()[:200]})
                 break
-        d = parse_decode(msg)
+        d = parse_decode(msg) or vllm_logs.parse_stats(msg)
+        spec = None if d is not None else vllm_logs.parse_spec(msg)
         if d is not None:
             self.decode.append({"time": _iso(ln.time), "line": ln.lineno,
                                 "tags": " ".join(ln.tags), **d})
+        elif spec is not None:  # vLLM prints it right after its stats line: merge
+            last = self.decode[-1] if self.decode else None
+            if last is None or last["accept_len"] is not None or "prompt_throughput" not in last:
+                last = {"time": _iso(ln.time), "line": ln.lineno, "tags": " ".join(ln.tags),
+                        **{k: None for k in ("running_req", "token", "token_usage",
+                                             "gen_throughput", "queue_req", "graph")}}
+                self.decode.append(last)
+            last.update(accept_len=spec["accept_len"], accept_rate=spec["accept_rate"],
+                         per_position=spec["per_position"], drafted=spec["drafted"],
+                         accepted=spec["accepted"])
         elif _PREFILL.match(msg):
             self.prefill_batches += 1
-        if _CRASH.search(msg):
+        if _CRASH.search(msg) or vllm_logs.CRASH.search(msg):
             if self.crash is None:
                 self.crash = {"line": ln.lineno, "marker": msg.strip()[:200], "error": None}
             self._expect_exc = True
@@ -210,13 +236,13 @@ class LogAnalyzer:
             if mean <= COLLAPSE_ACCEPT_LEN:
                 out.append({"code": "acceptance-collapse", "severity": "error", "message":
                             f"Speculation is on but accept len stayed at about 1.0 (mean "
-                            f"{mean:.2f}, max {max(accept):.2f} over {len(accept)} Decode "
-                            f"batch lines): the target's bonus token is emitted, the draft "
+                            f"{mean:.2f}, max {max(accept):.2f} over {len(accept)} decode "
+                            f"lines): the target's bonus token is emitted, the draft "
                             f"tokens almost never. Typical of a drafter that loads but does "
                             f"not match (aux hidden states not captured so fc is skipped, "
                             f"aux layer ids shifted, d2t/t2d vocab map, ignored input_norm). "
                             f"Next: run the checkpoint doctor, `eagle3lab inspect DRAFT "
-                            f"--target TARGET --engine sglang`."})
+                            f"--target TARGET --engine {self.format}`."})
         elif self.decode:
             out.append({"code": "no-speculation", "severity": "info", "message":
                         f"{len(self.decode)} Decode batch lines carry no accept len: this "
@@ -229,6 +255,7 @@ class LogAnalyzer:
         verdict = self.verdict(now, silence_s)
         return {
             "verdict": verdict,
+            "format": self.format,
             "phase": self.phase,
             "last_line_time": _iso(self.last_time),
             "silence_s": self.silence_s(now),
@@ -302,7 +329,7 @@ def decode_over_time(log_path: str | Path, arm: str):
     dec = analyse_log(log_path)["decode"]
     df = pd.DataFrame(dec, columns=["time", "running_req", "accept_len", "accept_rate",
                                     "gen_throughput", "token", "token_usage", "queue_req",
-                                    "graph", "line", "tags"])
+                                    "graph", "per_position", "line", "tags"])
     df.insert(0, "arm", arm)
     if len(df):
         t = pd.to_datetime(df["time"])

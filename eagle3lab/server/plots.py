@@ -112,3 +112,45 @@ def plot_tokens_per_s(summary_df, ax=None):
     ax.set_title("Benchmark: tokens/s and speedup vs baseline")
     ax.legend(fontsize=8)
     return ax
+
+
+def plot_live_positions(live_df, offline_df=None, ax=None):
+    """Per-position acceptance from /metrics windows over time (one line per position,
+    vLLM's counters: accepted at position k / drafts in the window) and, dashed, the same
+    positions from the requests' own histograms over the whole run."""
+    plt = _plt()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.5))
+    for k, g in live_df.groupby("position"):
+        line, = ax.plot(g["t_s"], g["p_cumulative"], "o-", label=f"k={k} live (/metrics)")
+        if offline_df is not None and len(offline_df):
+            ref = offline_df.loc[offline_df["position"] == k, "p_cumulative"]
+            if len(ref):
+                ax.axhline(float(ref.iloc[0]), ls="--", color=line.get_color(),
+                           label=f"k={k} per-request histograms")
+    ax.set_xlabel("seconds since the first window")
+    ax.set_ylabel("P(positions 1..k accepted)")
+    ax.set_ylim(-0.02, 1.05)
+    ax.set_title("Per-position acceptance, live from /metrics")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_concurrency(sweep_df, axes=None):
+    """Throughput, TTFT and accept length per concurrency level, one line per arm."""
+    plt = _plt()
+    if axes is None:
+        _, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    for arm, g in sweep_df.groupby("arm", sort=False):
+        axes[0].plot(g["concurrency"], g["throughput_tok_s"], "o-", label=arm)
+        axes[1].plot(g["concurrency"], g["ttft_mean_s"], "o-", label=arm)
+        axes[2].plot(g["concurrency"], g["metrics_accept_length"], "o-", label=arm)
+    for ax, title in zip(axes, ("tokens/s (all requests)", "mean TTFT (s)",
+                                "accept length (/metrics, incl. bonus)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("requests in flight")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    return axes

@@ -1,49 +1,64 @@
 """The reference server: the offline engine behind the subset of SGLang's native HTTP API
-that the benchmark client uses, logging in SGLang's format. NOT a production server.
+(and of the OpenAI completions API) that benchmark and regeneration clients use, logging
+in SGLang's format, with `/metrics` in the engines' Prometheus names. NOT a production
+server.
 
-Prevents the live-server tooling (launch, watchdog, log reader, benchmark client,
-notebook 04) from being tested only on a GPU node, i.e. from being untested: this server
-runs anywhere the offline engine runs (CPU), so every piece is exercised against a real
-process. It serves
+Prevents the live-server tooling (launch, watchdog, log reader, benchmark client, metrics
+scraper, regeneration through a server, notebook 04) from being tested only on a GPU node,
+i.e. from being untested: this server runs anywhere the offline engine runs (CPU), so every
+piece is exercised against a real process. Routes (reference_http.py):
 - `GET /health` (and `/health_generate`): 503 while warming up, 200 once ready;
 - `POST /generate` with SGLang's request fields (`text` or `input_ids`, single or batch,
   `sampling_params`: max_new_tokens, temperature, top_p, stop_token_ids, ignore_eos,
-  sampling_seed) and SGLang's response (`text`, `output_ids`, `meta_info` with
+  sampling_seed, skip_special_tokens; the inert fields SGLang's benchmark client always
+  sends) and SGLang's response (`text`, `output_ids`, `meta_info` with
   `completion_tokens`, `finish_reason`, `e2e_latency` and, when speculating,
   `spec_verify_ct`, `spec_accept_length`, `spec_accept_rate`, `spec_accept_histogram`);
+  with `"stream": true` SSE `data: {...}` chunks with the cumulative `text` and
+  `meta_info.completion_tokens`, one per engine step, then `data: [DONE]`;
+- `POST /v1/completions` (OpenAI, as vLLM: a prompt as text or token ids, `max_tokens`,
+  `temperature`, `top_p`, `seed`, `stop_token_ids`, `ignore_eos`, `return_token_ids`,
+  `stream`) and `GET /v1/models` (the served model name, `root` the target);
+- `GET /metrics`: vLLM's spec-decode counters and SGLang's gauges (metrics.py);
 - `GET /get_server_info` (and `/server_info`): `internal_states[0].avg_spec_accept_length`
-  (cumulative since boot, as SGLang).
+  (cumulative since boot, as SGLang), `model_path`.
 The engine is eagle3lab.specdec's `load_engine`: plain decoding, or with `--draft` the
 speculative engine (which refuses a drafter that does not fit the target before serving).
-Requests run one at a time through the engine. The log has SGLang's start-up lines
-(`Load weight begin/end`, `The server is fired up and ready to roll!`) and one `Prefill
-batch` and one `Decode batch` line per request (SGLang prints a decode line every 40
-decode steps; here the engine runs a request in one call). Accept length, as SGLang: in
-`meta_info` completion_tokens / spec_verify_ct; in the log line and
-`avg_spec_accept_length` decode-phase tokens per verify step, (accepted drafts + one bonus
-token per step) / steps, so a drafter that is never accepted reads exactly 1.00.
+Requests are served concurrently by threads but decoded one at a time (a lock): a request
+waits in the queue (counted in the log's `#queue-req` and in /metrics) while /health and
+/metrics keep answering. The log has SGLang's start-up lines (`Load weight begin/end`,
+`The server is fired up and ready to roll!`) and one `Prefill batch` and one `Decode
+batch` line per request (SGLang prints a decode line every 40 decode steps; here the
+engine runs a request in one call). Accept length, as SGLang: in `meta_info`
+completion_tokens / spec_verify_ct; in the log line and `avg_spec_accept_length`
+decode-phase tokens per verify step, (accepted drafts + one bonus token per step) / steps,
+so a drafter that is never accepted reads exactly 1.00; /metrics counts every verify step
+as it happens (vLLM's definition: 1 + accepted / drafts, the same number).
 SIGUSR1 writes every thread's stack to the log (faulthandler); SIGTERM shuts down cleanly.
 """
 
 from __future__ import annotations
 
 import faulthandler
-import json
 import logging
 import signal
 import sys
 import threading
 import time
 import uuid
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import ThreadingHTTPServer
+from typing import Any, Callable
 
 from eagle3lab.errors import UserError
 
 SAMPLING_KEYS = {"max_new_tokens", "temperature", "top_p", "stop_token_ids", "ignore_eos",
                  "sampling_seed", "skip_special_tokens"}
 REQUEST_KEYS = {"text", "input_ids", "sampling_params", "stream", "rid", "return_logprob"}
+#: Fields SGLang's own benchmark client always sends (sglang/benchmark/serving.py
+#: `async_request_sglang_generate`, 0.5.23); accepted when they ask for nothing the
+#: reference server lacks (no LoRA, no logprobs, no routed experts).
+INERT_KEYS = {"lora_path": (None,), "return_routed_experts": (False, None),
+              "logprob_start_len": (-1, None), "return_logprob": (False, None)}
 
 
 def make_logger(name: str, rank_tag: str = "") -> logging.Logger:
@@ -60,36 +75,75 @@ def make_logger(name: str, rank_tag: str = "") -> logging.Logger:
 
 
 class ReferenceServer:
-    """Holds the engine, the counters and the two loggers; `handle_generate` does the work."""
+    """Holds the engine, the counters, `/metrics` and the two loggers; `generate_one` does
+    the work, one request at a time (a lock), while other threads answer /health, /metrics
+    and queue their requests."""
 
     def __init__(self, engine, *, settings: dict[str, Any]):
+        from eagle3lab.server.metrics import ReferenceMetrics
+
         self.engine = engine
         self.tokenizer = engine.tokenizer
         self.settings = settings
         self.spec = bool(getattr(engine, "num_draft_tokens", 0))
         self.lock = threading.Lock()
+        self.count_lock = threading.Lock()
         self.ready = False  # /health answers 503 until the warm-up request has run
         self.waiting = 0
+        self.running = 0
         self.total_correct = 0  # accepted draft tokens since boot (speculative only)
         self.total_verify = 0  # verify steps since boot (speculative only)
         model = getattr(getattr(engine, "target", None), "model", None)
         self.ctx = int(getattr(getattr(model, "config", None), "max_position_embeddings", 0)
                        or 8192)
+        self.model_name = settings.get("served_model_name") or settings["target"]
+        self.metrics = ReferenceMetrics(model_name=self.model_name, num_spec_tokens=int(
+            getattr(engine, "steps", 0) or 0) if self.spec else 0)
         self.log = make_logger("scheduler", " TP0")
         self.http_log = make_logger("http")
 
-    def generate_one(self, ids: list[int], sp: dict[str, Any]) -> dict[str, Any]:
+    def _queue(self, delta: int) -> None:
+        with self.count_lock:
+            self.waiting += delta
+            self.metrics.set_batch(running=self.running, waiting=self.waiting)
+
+    def generate_one(self, ids: list[int], sp: dict[str, Any], *, streaming: bool = False,
+                     on_tokens: Callable[[list[int]], None] | None = None) -> dict[str, Any]:
+        """One request through the engine (waits for the lock; the queue is counted in
+        the log and /metrics). `on_tokens(all ids so far)` after every engine step."""
+        self._queue(+1)
+        with self.lock:
+            self._queue(-1)
+            self.running = 1
+            try:
+                return self._run(ids, sp, streaming=streaming, on_tokens=on_tokens)
+            finally:
+                self.running = 0
+                self.metrics.set_batch(running=0, waiting=self.waiting)
+
+    def _run(self, ids, sp, *, streaming, on_tokens) -> dict[str, Any]:
         stops = set() if sp.get("ignore_eos") else (
             set(sp["stop_token_ids"]) | set(getattr(self.engine, "stop_token_ids", ()))
             if sp.get("stop_token_ids") else None)
         usage = len(ids) / self.ctx
         self.log.info(f"Prefill batch, #new-seq: 1, #new-token: {len(ids)}, #cached-token: 0, "
                       f"token usage: {usage:.2f}, #running-req: 0, #queue-req: {self.waiting}, ")
+        so_far: list[int] = []
+
+        def on_step(tokens: list[int], accepted: int | None) -> None:
+            so_far.extend(tokens)
+            self.metrics.observe_tokens(len(tokens), streaming=streaming)
+            if accepted is not None:
+                self.metrics.observe_draft(accepted)
+            if on_tokens is not None:
+                on_tokens(list(so_far))
+
         t0 = time.perf_counter()
         r = self.engine.generate(ids, max_new_tokens=int(sp.get("max_new_tokens", 128)),
                                  temperature=float(sp.get("temperature", 1.0)),
                                  top_p=float(sp.get("top_p", 1.0)),
-                                 seed=sp.get("sampling_seed"), stop_token_ids=stops)
+                                 seed=sp.get("sampling_seed"), stop_token_ids=stops,
+                                 on_step=on_step)
         latency = time.perf_counter() - t0
         n = r.completion_tokens
         msg = (f"Decode batch, #running-req: 1, #token: {len(ids) + n}, "
@@ -100,6 +154,7 @@ class ReferenceServer:
             "finish_reason": ({"type": "stop", "matched": r.output_ids[-1]}
                               if r.finish_reason == "stop" else {"type": "length", "length": n}),
             "prefill_s": r.prefill_s, "decode_s": r.decode_s}
+        decode_accept = rate = None
         if self.spec and r.verify_ct:
             correct = sum(k * c for k, c in enumerate(r.accept_histogram))
             proposed = r.verify_ct * r.num_draft_tokens
@@ -109,29 +164,34 @@ class ReferenceServer:
             # the log line and avg_spec_accept_length (as SGLang's scheduler): decode-phase
             # tokens / verify steps = (accepted drafts + one bonus per step) / steps.
             decode_accept = (correct + r.verify_ct) / r.verify_ct
+            rate = correct / proposed if proposed else 0.0
             meta.update({"spec_verify_ct": r.verify_ct, "spec_accept_length": r.accept_length,
-                         "spec_accept_rate": correct / proposed if proposed else 0.0,
-                         "spec_num_correct_drafts": correct,
+                         "spec_accept_rate": rate, "spec_num_correct_drafts": correct,
                          "spec_num_proposed_drafts": proposed,
                          "spec_accept_histogram": list(r.accept_histogram)})
-            msg += (f"accept len: {decode_accept:.2f}, "
-                    f"accept rate: {meta['spec_accept_rate']:.2f}, ")
+            msg += f"accept len: {decode_accept:.2f}, accept rate: {rate:.2f}, "
         busy = r.prefill_s + r.decode_s  # the engine runs a request in one call
-        msg += (f"cpu graph: False, gen throughput (token/s): "
-                f"{n / busy if busy > 0 else 0.0:.2f}, #queue-req: {self.waiting}")
+        throughput = n / busy if busy > 0 else 0.0
+        self.metrics.set_batch(running=1, waiting=self.waiting, accept_length=decode_accept,
+                               accept_rate=rate, throughput=throughput)
+        msg += f"cpu graph: False, gen throughput (token/s): {throughput:.2f}, " \
+               f"#queue-req: {self.waiting}"
         self.log.info(msg)
         text = self.tokenizer.decode(r.output_ids,
                                      skip_special_tokens=sp.get("skip_special_tokens", True))
         return {"text": text, "output_ids": list(r.output_ids), "meta_info": meta}
 
-    def handle_generate(self, body: dict[str, Any]) -> Any:
-        unknown = set(body) - REQUEST_KEYS
+    def parse_generate(self, body: dict[str, Any]) -> tuple[bool, list[list[int]], dict]:
+        """SGLang's `/generate` body -> (batch?, prompts as token ids, sampling params);
+        ValueError naming what the reference server does not implement."""
+        unknown = set(body) - REQUEST_KEYS - set(INERT_KEYS)
         if unknown:
             raise ValueError(f"unsupported request field(s) {sorted(unknown)}; the reference "
                              f"server implements {sorted(REQUEST_KEYS)}")
-        if body.get("stream") or body.get("return_logprob"):
-            raise ValueError("stream and return_logprob are not supported by the reference "
-                             "server")
+        active = [k for k, inert in INERT_KEYS.items() if k in body and body[k] not in inert]
+        if active:
+            raise ValueError(f"{active} are not supported by the reference server (no LoRA, "
+                             f"logprobs or routed experts)")
         sp = body.get("sampling_params") or {}
         bad = set(sp) - SAMPLING_KEYS
         if bad:
@@ -147,12 +207,14 @@ class ReferenceServer:
             prompts = [self.tokenizer(t).input_ids for t in texts]
         else:
             raise ValueError("the request needs text or input_ids")
-        out = []
-        for ids in prompts:
-            self.waiting += 1
-            with self.lock:
-                self.waiting -= 1
-                out.append(self.generate_one([int(i) for i in ids], sp))
+        if body.get("stream") and batch:
+            raise ValueError("stream with a batch of prompts is not supported; send one "
+                             "prompt per streaming request")
+        return batch, [[int(i) for i in p] for p in prompts], sp
+
+    def handle_generate(self, body: dict[str, Any]) -> Any:
+        batch, prompts, sp = self.parse_generate(body)
+        out = [self.generate_one(ids, sp) for ids in prompts]
         return out if batch else out[0]
 
     def server_info(self) -> dict[str, Any]:
@@ -161,8 +223,8 @@ class ReferenceServer:
         if self.spec and self.total_verify:
             state["avg_spec_accept_length"] = (self.total_correct + self.total_verify) \
                 / self.total_verify
-        return {"model_path": s["target"], "tp_size": 1, "host": s["host"], "port": s["port"],
-                "device": s["device"],
+        return {"model_path": s["target"], "served_model_name": self.model_name,
+                "tp_size": 1, "host": s["host"], "port": s["port"], "device": s["device"],
                 "speculative_algorithm": "EAGLE3" if self.spec else None,
                 "speculative_draft_model_path": s.get("draft"),
                 "speculative_num_steps": s.get("steps") if self.spec else None,
@@ -172,67 +234,20 @@ class ReferenceServer:
                 "production": False}
 
 
-def _handler(server: ReferenceServer):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, fmt, *args):  # uvicorn-style access log, without /health
-            if not self.path.startswith("/health"):
-                server.http_log.info(f'INFO:     {self.client_address[0]}:'
-                                     f'{self.client_address[1]} - "{self.requestline}" '
-                                     f'{args[1] if len(args) > 1 else ""}')
-
-        def _send(self, code: int, obj: Any = None) -> None:
-            data = b"" if obj is None else json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            path = self.path.split("?")[0]
-            if path in ("/health", "/health_generate"):
-                self._send(200 if server.ready else 503)
-            elif path in ("/get_server_info", "/server_info"):
-                self._send(200, server.server_info())
-            elif path == "/model_info":
-                self._send(200, {"model_path": server.settings["target"],
-                                 "is_generation": True})
-            else:
-                self._send(404, {"error": {"message": f"no route {path}"}})
-
-        def do_POST(self):
-            path = self.path.split("?")[0]
-            if path != "/generate":
-                return self._send(404, {"error": {"message": f"no route {path}"}})
-            try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                if not isinstance(body, dict):
-                    raise ValueError("the request body must be a JSON object")
-                result = server.handle_generate(body)
-            except (ValueError, TypeError, KeyError) as e:
-                return self._send(HTTPStatus.BAD_REQUEST, {"error": {"message": str(e)}})
-            except Exception as e:  # the engine failed: say so, keep serving
-                server.log.error(f"Request failed: {type(e).__name__}: {e}")
-                return self._send(500, {"error": {"message": f"{type(e).__name__}: {e}"}})
-            self._send(200, result)
-
-    return Handler
-
-
 def serve(*, target: str, draft: str | None = None, steps: int = 3, topk: int = 1,
           draft_tokens: int | None = None, host: str = "127.0.0.1", port: int = 30000,
-          device: str = "auto") -> int:
+          device: str = "auto", served_model_name: str | None = None) -> int:
     """Load, warm up and serve until SIGTERM/SIGINT. Returns the exit code."""
     import psutil
 
+    from eagle3lab.server.reference_http import make_handler
     from eagle3lab.specdec.load import load_engine
 
     faulthandler.enable()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     settings = {"target": target, "draft": draft, "steps": steps, "topk": topk,
-                "draft_tokens": draft_tokens, "host": host, "port": port, "device": device}
+                "draft_tokens": draft_tokens, "host": host, "port": port, "device": device,
+                "served_model_name": served_model_name}
     log, log_rank = make_logger("http"), make_logger("scheduler", " TP0")
     log.info("server_args=ReferenceServerArgs(" + ", ".join(
         f"{k}={v!r}" for k, v in settings.items()) + ", production=False)")
@@ -251,7 +266,7 @@ def serve(*, target: str, draft: str | None = None, steps: int = 3, topk: int = 
                   f"context_len={server.ctx}, speculative={server.spec}, "
                   f"num_draft_tokens={getattr(engine, 'num_draft_tokens', 0)}")
     try:
-        httpd = ThreadingHTTPServer((host, port), _handler(server))
+        httpd = ThreadingHTTPServer((host, port), make_handler(server))
     except OSError as e:
         raise UserError(f"Cannot listen on {host}:{port}: {e.strerror or e}. Choose another "
                         f"--port (or stop the server that holds it).") from None

@@ -17,7 +17,7 @@ engine would hold it (eagle3lab.formats.load_as). Both reproduce serving failure
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from eagle3lab.specdec.kvcache import attention_mask, gather, keep
 from eagle3lab.specdec.plain import sample_token, sampling_probs
@@ -79,7 +79,12 @@ class SpecEngine:
     # --- the loop ------------------------------------------------------------------------
     def generate(self, input_ids: list[int], *, max_new_tokens: int, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = None,
-                 stop_token_ids: set[int] | None = None) -> GenerationResult:
+                 stop_token_ids: set[int] | None = None,
+                 on_step: Callable[[list[int], int | None], None] | None = None
+                 ) -> GenerationResult:
+        """`on_step(tokens, accepted)`: called with the tokens each step emits (the
+        prefill's token with accepted None; each verify step's with its accepted draft
+        count), for a server that streams and counts per step as the engines do."""
         import torch
         from transformers import DynamicCache
 
@@ -103,6 +108,8 @@ class SpecEngine:
             logits, feats = self._verify(cache, store, list(input_ids), list(range(n)))
             x = sample_token(logits[-1].float().cpu(), temperature, top_p, gen)
             out.append(x)
+            if on_step is not None:
+                on_step([x], None)
             # step-0 entries: token at p with the target's features at p-1, position p
             d_logits, d_hidden = self._draft_catch_up(list(input_ids[1:]) + [x], feats,
                                                       first_position=1)
@@ -145,11 +152,15 @@ class SpecEngine:
                     first_position=L + 1)
                 draft_s += time.perf_counter() - td
                 done = False
+                new: list[int] = []
                 for tok in emitted:
-                    out.append(tok)
-                    if tok in stops or len(out) >= max_new_tokens:
+                    new.append(tok)
+                    if tok in stops or len(out) + len(new) >= max_new_tokens:
                         done = True
                         break
+                out.extend(new)
+                if on_step is not None:
+                    on_step(new, acc)
                 if done:
                     break
                 L += acc + 1

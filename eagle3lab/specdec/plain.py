@@ -5,6 +5,7 @@ speculative decoding must match token for token (at temperature 0) and beat in t
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from eagle3lab.specdec.result import GenerationResult
 
@@ -45,7 +46,11 @@ class PlainEngine:
 
     def generate(self, input_ids: list[int], *, max_new_tokens: int, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = None,
-                 stop_token_ids: set[int] | None = None) -> GenerationResult:
+                 stop_token_ids: set[int] | None = None,
+                 on_step: Callable[[list[int], int | None], None] | None = None
+                 ) -> GenerationResult:
+        """`on_step(tokens, accepted)`: called with each new token as it is decided
+        (accepted None: plain decoding has no drafts), for a server that streams."""
         import torch
         from transformers import DynamicCache
 
@@ -63,6 +68,8 @@ class PlainEngine:
             for _ in range(max_new_tokens):
                 tok = sample_token(logits.cpu(), temperature, top_p, gen)
                 out.append(tok)
+                if on_step is not None:
+                    on_step([tok], None)
                 if tok in stops:
                     finish = "stop"
                     break

@@ -65,3 +65,24 @@ def untrained_draft_dir(tmp_path_factory, default_target_dir):
 
     return make_speculators_draft(tmp_path_factory.mktemp("draft") / "untrained",
                                   target=default_target_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_spec_server(tmp_path_factory, tiny_target_dir):
+    """One reference server for the session: the tiny random target with an untrained
+    drafter (3 steps), CPU, started by the launcher and its watchdog; stopped at the end.
+    Greedy, its answers equal plain greedy decoding token for token (fp32)."""
+    from eagle3lab.formats.demo import make_speculators_draft
+    from eagle3lab.server.launch import LaunchConfig, start
+
+    draft = make_speculators_draft(tmp_path_factory.mktemp("draft") / "d",
+                                   target=tiny_target_dir)
+    cfg = LaunchConfig(engine="reference", target=str(tiny_target_dir), draft=str(draft),
+                       steps=3, port=0, device="cpu")
+    h = start(cfg, run_dir=tmp_path_factory.mktemp("run"), name="speculative", force=True)
+    try:
+        st = h.watchdog(silence_s=60, poll_s=0.2).wait(120)
+        assert st["verdict"] == "ready", st
+        yield h
+    finally:
+        h.stop()

@@ -45,7 +45,7 @@ def test_key_numbers_come_from_the_tables(tmp_path):
     n = summary_numbers(r, engine="reference")
     assert list(n) == ["engine", "verdicts", "baseline_tokens_per_s", "spec_tokens_per_s",
                        "speedup", "accept_length", "acceptance_per_position", "findings",
-                       "skipped_arms"]
+                       "skipped_arms", "sweep_tokens_per_s"]
     assert n["verdicts"] == {"baseline": "ready", "speculative": "ready"}
     assert (n["baseline_tokens_per_s"], n["spec_tokens_per_s"], n["speedup"]) == (10, 20, 2)
     assert n["accept_length"] == 2.5

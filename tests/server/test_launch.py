@@ -54,7 +54,7 @@ def test_strict_config():
     with pytest.raises(UserError, match="topk > 1"):
         LaunchConfig(**{**EAGLE3, "topk": 4})
     with pytest.raises(UserError, match="engine"):
-        LaunchConfig(target="/m", engine="vllm")
+        LaunchConfig(target="/m", engine="tensorrt-llm")  # vllm is one now
     with pytest.raises(UserError, match="tp"):
         LaunchConfig(target="/m", engine="reference", tp=2)
     cfg = LaunchConfig.from_dict({**EAGLE3, "env": {"NCCL_DEBUG": "INFO"},

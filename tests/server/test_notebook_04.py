@@ -32,7 +32,9 @@ def test_notebook_04_runs_under_papermill(tmp_path, default_target_dir, untraine
                                     "draft": str(untrained_draft_dir), "steps": 2,
                                     "prompt_count": 2, "max_new_tokens": 6,
                                     "device": "cpu", "silence_s": 60.0,
-                                    "startup_timeout_s": 180.0, "run_dir": str(run)})
+                                    "startup_timeout_s": 180.0, "run_dir": str(run),
+                                    "concurrency_levels": [1, 2], "sweep_max_new_tokens": 4,
+                                    "metrics_interval_s": 0.5})
     nb = json.loads(out.read_text())
     text = _text(nb)
     assert "all servers stopped; no process of their groups remains" in text
@@ -49,6 +51,15 @@ def test_notebook_04_runs_under_papermill(tmp_path, default_target_dir, untraine
     positions = (run / "positions.csv").read_text().splitlines()
     assert len(positions) == 1 + 2  # header + positions 1..steps
     assert (run / "baseline.log").exists() and (run / "speculative.log").exists()
+    import pandas as pd
+
+    sweep = pd.read_csv(run / "sweep.csv")  # both arms at both levels
+    assert sorted(zip(sweep["arm"], sweep["concurrency"])) == [
+        ("baseline", 1), ("baseline", 2), ("speculative", 1), ("speculative", 2)]
+    assert (sweep.loc[sweep["arm"] == "speculative", "metrics_source"] == "vllm").all()
+    live = pd.read_csv(run / "live.csv")  # /metrics windows, positions 1..steps
+    assert set(live["position"]) == {1, 2} and (live["p_cumulative"] <= 1).all()
+    assert len(images) >= 7  # + live per-position, concurrency sweep
     codes = {f["code"] for f in bench["findings"]["speculative"]}
     assert "acceptance-collapse" in codes  # an untrained drafter is never accepted
     assert "no-speculation" in {f["code"] for f in bench["findings"]["baseline"]}

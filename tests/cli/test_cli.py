@@ -99,4 +99,4 @@ def test_bad_input_is_one_paragraph_and_exit_1(tmp_path, capsys):
 def test_console_script_runs():
     r = subprocess.run([sys.executable, "-m", "eagle3lab", "vocab", "--data", "/nonexistent"],
                        capture_output=True, text=True)
-    assert r.returncode == 1 and "Shard directory '/nonexistent' does not exist" in r.stderr
+    assert r.returncode == 1 and "Data directory '/nonexistent' does not exist" in r.stderr

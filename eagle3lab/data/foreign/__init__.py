@@ -27,7 +27,9 @@ def detect_data_format(path: str | os.PathLike) -> str:
 
     p = Path(path)
     if not p.is_dir():
-        raise UserError(f"Data directory {str(p)!r} does not exist.")
+        raise UserError(f"Data directory {str(p)!r} does not exist: --data takes a shard set "
+                        f"(`eagle3lab extract`), or a SpecForge or speculators hidden-state "
+                        f"directory.")
     if (p / MANIFEST).is_file():
         return "eagle3lab"
     if specforge.looks_like(p):

@@ -266,7 +266,7 @@ def test_help_documents_the_exit_codes_and_debug(capsys):
 def test_debug_shows_the_traceback_of_a_user_error_too(tmp_path, capsys):
     rc = main(["--debug", "vocab", "--data", str(tmp_path / "none")])
     err = capsys.readouterr().err
-    assert rc == 1 and "Traceback" in err and "eagle3lab vocab: error: Shard directory" in err
+    assert rc == 1 and "Traceback" in err and "eagle3lab vocab: error: Data directory" in err
 
 
 def test_the_installed_command_exits_2_without_a_traceback(tmp_path):

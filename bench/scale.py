@@ -183,13 +183,67 @@ def launch(work: Path, name: str, nproc: int, *, argv: list[str] | None = None,
              else ["eagle3lab"]) + (argv or ["extract", *cli_line(kwargs)])
     if spec["kind"] == "link":
         shown = ["torchrun", "--nproc-per-node", str(nproc), "bench/scale.py", "(all-reduce)"]
-    print(f"  $ {shlex.join(shown)}", flush=True)
-    r = subprocess.run(run + ["--", str(SCRIPT), "--worker", str(path)], capture_output=True,
-                       text=True, env={**os.environ, **(env or {})})
-    if r.returncode != 0:
-        raise SystemExit(f"bench/scale.py: {name} failed (exit {r.returncode}):\n"
-                         f"{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
+    if FORK_RANKS:
+        print(f"  $ {shlex.join(shown)}  (--tiny: {nproc} forked rank(s))", flush=True)
+        fork_ranks(path, nproc, env or {})
+    else:
+        print(f"  $ {shlex.join(shown)}", flush=True)
+        r = subprocess.run(run + ["--", str(SCRIPT), "--worker", str(path)],
+                           capture_output=True, text=True, env={**os.environ, **(env or {})})
+        if r.returncode != 0:
+            raise SystemExit(f"bench/scale.py: {name} failed (exit {r.returncode}):\n"
+                             f"{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
     return [json.loads(Path(f"{work / name}.rank{k}.json").read_text()) for k in range(nproc)]
+
+
+#: --tiny: launch() forks its ranks from this process instead of starting torchrun (or a
+#: new Python) per run: the libraries are imported once, not ~8 times (a code-path check
+#: on a small CPU, where each import costs more than the run it precedes).
+FORK_RANKS = False
+
+
+def _forked_worker(rank: int, nproc: int, port: int, spec_path: str, env: dict) -> None:
+    """One forked rank: torchrun's variables when nproc > 1 (none for the one-process
+    run, as for the user's plain command), one thread, output to SPEC.rankK.log."""
+    import torch
+
+    log = f"{spec_path[:-len('.spec.json')]}.rank{rank}.log"
+    with open(log, "w") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+    if nproc > 1:
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
+                          LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(port))
+    os.environ.update(OMP_NUM_THREADS="1", **env)
+    torch.set_num_threads(1)  # OpenMP is not fork-safe beyond one thread
+    rc = worker(spec_path)
+    sys.stdout.flush()
+    if rc != 0:
+        raise RuntimeError(f"rank {rank}: exit {rc}; its output is in {log}")
+
+
+def fork_ranks(spec: Path, nproc: int, env: dict) -> None:
+    """Run worker(spec) on nproc ranks forked from this process; a failing rank stops the
+    benchmark with its traceback and the tail of its log."""
+    import torch.multiprocessing as mp
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctx = mp.start_processes(_forked_worker, args=(nproc, free_port(), str(spec), env),
+                             nprocs=nproc, start_method="fork", join=False)
+    try:
+        while not ctx.join(timeout=1):
+            pass
+    except Exception as e:  # ProcessRaisedException / ProcessExitedException
+        logs = sorted(spec.parent.glob(spec.name.replace(".spec.json", ".rank*.log")))
+        tails = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs)
+        raise SystemExit(f"bench/scale.py: {spec.name} failed: {e}\n{tails}") from None
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+                p.join()
 
 
 # --- training -----------------------------------------------------------------------------
@@ -525,6 +579,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench/scale.py: {where}; work dir {work}")
     env_threads = {} if cuda else {"OMP_NUM_THREADS": "1"}
     os.environ.update(env_threads)  # every rank of a CPU run: one thread, as is fair
+    if args.tiny:
+        global FORK_RANKS
+        FORK_RANKS = True
+        torch.set_num_threads(1)  # before any work here: the forked ranks inherit its state
+        # what the ranks import (training: speculators, ~10 s of CPU), imported once here:
+        # they are forked from this process
+        for mod in ("eagle3lab.cli", "eagle3lab.cli.train", "eagle3lab.train",
+                    "eagle3lab.data.extract", "eagle3lab.target.adapter",
+                    "transformers.modeling_utils", "speculators.losses", "speculators.config",
+                    "speculators.models.eagle3", "speculators.models.eagle3.data",
+                    "speculators.train.cli", "speculators.train.data",
+                    "speculators.train.distributed_batch_sampler"):
+            importlib.import_module(mod)
     results: dict = {"where": where, "gpus": args.gpus, "args": vars(args)}
     if "link" in parts:
         results["link"] = link_part(args, work, cuda)

@@ -32,6 +32,16 @@ def default_target_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def real_target(default_target_dir):
+    """The real default target loaded once (CPU, fp32) for the tests that only run it
+    (generate, extract, capture, decode: none changes its weights, dtype or hooks); ~8 s
+    per load saved. A test that changes a loaded target loads its own."""
+    from eagle3lab.target.adapter import load_target
+
+    return load_target(str(default_target_dir), device="cpu")
+
+
+@pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory) -> Path:
     """SmolLM2's tokenizer (vocab 49152, chat template) saved once per session, built from
     the GGUF's tokenizer metadata alone (~7 s; no weights are read, nothing is converted).

@@ -1,6 +1,7 @@
 """bench/gpu_pipeline.py at tiny sizes on the CPU (the code path of the H200 runs):
 self-prompt -> greedy answers -> concat -> extract -> vocab -> train -> pack; a second
-call reuses every data stage and trains a second, `--train-lm-head` run beside the first."""
+call reuses every data stage and trains a second, `--train-lm-head` run beside the first
+(without the acceptance stage, measured once by the first call)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _run(out: Path, *extra: str) -> dict[str, dict]:
 
 @pytest.mark.real
 @pytest.mark.slow
-def test_cpu_smoke(tmp_path, default_target_dir):
+def test_cpu_smoke(tmp_path, default_target_dir, real_target):
     import torch
     from safetensors.torch import load_file
 
@@ -54,10 +55,11 @@ def test_cpu_smoke(tmp_path, default_target_dir):
     assert "embed_tokens.weight" not in w and w["fc.weight"].dtype == torch.bfloat16
     report = inspect_checkpoint(packed, target=str(default_target_dir), engine="vllm")
     assert report.ok, report.to_json()
-    assert isinstance(load_engine(target=str(default_target_dir), draft=str(packed),
-                                  device="cpu"), SpecEngine)
+    assert isinstance(load_engine(target=real_target, draft=str(packed)), SpecEngine)
 
-    st = _run(out, "--train-name", "lmhead", "--train-lm-head")
+    # the second call checks reuse and --train-lm-head; the accept stage ran above
+    st = _run(out, "--train-name", "lmhead", "--train-lm-head", "--accept-limit", "0")
+    assert "accept" not in st
     assert st["regenerate_self"]["new_records"] == 0 and st["concat"]["rewritten"] is False
     assert st["extract_train"]["new_shards"] == 0
     run = json.loads((out / "lmhead" / "run.json").read_text())

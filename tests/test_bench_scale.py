@@ -1,6 +1,7 @@
-"""bench/scale.py --tiny on the CPU (gloo, 2 processes): the code path of the 2-GPU
-benchmark: every row measured, the shard sets of 2 ranks and of a device-mapped target
-equal to the one-process set, results in scale.json."""
+"""bench/scale.py --tiny on the CPU (gloo, 2 ranks forked from the script's process): the
+code path of the 2-GPU benchmark, every part: every row measured, the shard sets of 2 ranks
+and of a device-mapped target equal to the one-process set, all-reduce times, data workers
+0 vs 2, extraction batched two ways; results in scale.json."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "scale.py"
 
 @pytest.mark.slow
 def test_tiny_runs_on_cpu(tmp_path):
-    r = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--work", str(tmp_path)],
+    r = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--work", str(tmp_path),
+                        "--parts", "train,extract,link,loader,batching"],
                        capture_output=True, text=True, timeout=1200,
                        env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     assert "$ torchrun --nproc-per-node 2 -m eagle3lab extract " in r.stdout
+    assert "(--tiny: 2 forked rank(s))" in r.stdout  # ranks forked, not new interpreters
     res = json.loads((tmp_path / "scale.json").read_text())
     ex = res["extract"]
     for key in ("2", "device_map"):
@@ -37,3 +40,12 @@ def test_tiny_runs_on_cpu(tmp_path):
         for name in ("default", "8b"):
             assert tr[name]["ratio"] > 0 and tr[name]["2"]["tokens_per_s"] > 0
         assert len(tr["memory"]["ddp"]) == len(tr["memory"]["fsdp2"]) == 2
+    link = res["link"]  # all-reduce of 1 and 4 MB, sent as fp32 and as bf16
+    assert len(link) == 4 and all(sec > 0 for sec in link.values())
+    for name in ("default", "8b"):  # one process, --data-workers 0 vs 2
+        lo = res["loader"][name]
+        assert lo["0"]["tokens_per_s"] > 0 and lo["2"]["tokens_per_s"] > 0
+        assert lo["ratio"] == pytest.approx(lo["2"]["tokens_per_s"] / lo["0"]["tokens_per_s"])
+    bf = res["batching"]["bfloat16"]  # the same conversations batched two ways
+    assert bf["same_ids_and_masks"] is True and bf["compared"] > 0 and bf["max_rel_diff"] >= 0
+    assert not [p for p in tmp_path.glob("extract-batching-*") if p.is_dir()]  # removed

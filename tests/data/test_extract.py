@@ -152,10 +152,8 @@ def test_corrupt_shard_detected(tiny_target, convs, tmp_path):
 
 
 @pytest.mark.real
-def test_real_target_interrupted_resume_is_identical(default_target_dir, tmp_path):
-    from eagle3lab.target.adapter import load_target
-
-    tgt = load_target(str(default_target_dir), device="cpu")
+def test_real_target_interrupted_resume_is_identical(real_target, tmp_path):
+    tgt = real_target
     convs = write_conversations(tmp_path / "c.jsonl", tgt.tokenizer, n=6)
     kw = dict(conversations=convs, target=tgt, samples_per_shard=2, progress=False)
     extract(out=tmp_path / "full", **kw)

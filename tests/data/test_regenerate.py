@@ -99,10 +99,8 @@ def test_unwritable_output(tiny_target, prompts_file, tmp_path):
 
 
 @pytest.mark.real
-def test_real_target_resumes_without_duplicates(default_target_dir, tmp_path):
-    from eagle3lab.target.adapter import load_target
-
-    tgt = load_target(str(default_target_dir), device="cpu")
+def test_real_target_resumes_without_duplicates(real_target, tmp_path):
+    tgt = real_target
     out = tmp_path / "r.jsonl"
     regenerate(target=tgt, prompts="eval", out=out, limit=2, max_new_tokens=12,
                batch_size=2, progress=False)

@@ -214,10 +214,8 @@ def test_real_user_turn_prefix(default_target_dir):
 
 @pytest.mark.real
 @pytest.mark.slow
-def test_real_target_writes_prompts_and_resumes(default_target_dir, tmp_path):
-    from eagle3lab.target.adapter import load_target
-
-    tgt = load_target(str(default_target_dir), device="cpu")
+def test_real_target_writes_prompts_and_resumes(real_target, tmp_path):
+    tgt = real_target
     out = tmp_path / "p.jsonl"
     kw = dict(target=tgt, out=out, batch_size=8, max_new_tokens=48, progress=False)
     first = synthesize_prompts(n=3, **kw)

@@ -352,6 +352,21 @@ def test_report_end_to_end_on_a_tiny_target(tiny_report):
 
 @pytest.mark.real
 @pytest.mark.slow
+def test_notebook_05_in_the_report_runs_every_section(tiny_report):
+    """Notebook 05 as the report ran it (the tiny report's parameters turn every section
+    on): the acceptance, histogram and chain-length plots, both failure arms, the speed
+    section."""
+    _, _, out = tiny_report
+    cells = json.loads((out / "05_acceptance.ipynb").read_text())["cells"]
+    images = [o for c in cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) >= 3
+    text = json.dumps(cells)
+    assert "sglang config + layers.0 keys" in text and "last_layer features" in text
+    assert "thread(s)" in text and "outputs identical to plain" in text  # speed section
+
+
+@pytest.mark.real
+@pytest.mark.slow
 def test_second_run_reuses_every_stage(tiny_report, tmp_path):
     from eagle3lab.data.regenerate import meta_path
     from eagle3lab.report.run import run_report

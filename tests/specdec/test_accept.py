@@ -1,8 +1,7 @@
-"""Offline acceptance end to end: measure, refuse misfits, truncate long prompts, CLI,
-and notebook 05 under papermill."""
+"""Offline acceptance end to end: measure, refuse misfits, truncate long prompts, CLI.
+(Notebook 05 runs once, in the tiny report: tests/report/test_report.py checks it.)"""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -54,24 +53,6 @@ def test_cli_accept_json(tiny_target_dir, tiny_draft, capsys):
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["arms"][0]["stats"]["verify_ct"] >= 1 and out["settings"]["steps"] == 2
-
-
-@pytest.mark.slow
-def test_notebook_05_runs_under_papermill(tmp_path, tiny_target_dir, tiny_draft):
-    import papermill as pm
-
-    nb = Path(__file__).resolve().parents[2] / "notebooks" / "05_acceptance.ipynb"
-    out = tmp_path / "05.ipynb"
-    pm.execute_notebook(str(nb), str(out), kernel_name="python3", progress_bar=False,
-                        parameters={"target": str(tiny_target_dir), "drafts": [str(tiny_draft)],
-                                    "limit": 1, "max_new_tokens": 6, "chain_lengths": [1, 2],
-                                    "compare_failures": True})
-    cells = json.loads(out.read_text())["cells"]
-    images = [o for c in cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
-    assert len(images) >= 3
-    text = json.dumps(cells)
-    assert "sglang config + layers.0 keys" in text and "last_layer features" in text
-    assert "thread(s)" in text and "outputs identical to plain" in text  # speed section
 
 
 def test_threads_are_set_for_the_measurement_and_restored(tiny_target_dir, tiny_draft):

@@ -44,12 +44,12 @@ def test_shipped_drafter_passes_the_doctor(default_target_dir):
 
 @pytest.mark.real
 @pytest.mark.slow
-def test_tau_floor_and_failure_collapse(default_target_dir, tmp_path):
+def test_tau_floor_and_failure_collapse(default_target_dir, real_target, tmp_path):
     from eagle3lab.specdec.failures import sglang_config_speculators_keys
 
     bad = sglang_config_speculators_keys(DRAFTER, tmp_path / "bad", target=default_target_dir)
     r = measure_acceptance(
-        target=str(default_target_dir),
+        target=real_target,
         arms=[Arm("healthy", str(DRAFTER)), Arm("last_layer", str(DRAFTER), "last_layer"),
               Arm("keys dropped", str(bad), "fused", "sglang")],
         prompts="eval", limit=3, max_new_tokens=MAX_NEW_TOKENS, steps=3, progress=False)

@@ -20,13 +20,6 @@ SETTINGS = [(3, 1, None), (5, 1, None), (4, 3, 10)]  # (steps, topk, draft_token
 
 
 @pytest.fixture(scope="module")
-def real_target(default_target_dir):
-    from eagle3lab.target.adapter import load_target
-
-    return load_target(str(default_target_dir), device="cpu")
-
-
-@pytest.fixture(scope="module")
 def greedy_case(real_target):
     ids = chat_prompt_ids(real_target.tokenizer, "List three colours of the rainbow.")
     plain = PlainEngine(real_target).generate(ids, max_new_tokens=24)

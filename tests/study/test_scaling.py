@@ -22,16 +22,15 @@ TRAIN = dict(lr=1e-3, max_tokens_per_batch=256, ttt_steps=3, eval_every=0, devic
 
 
 @pytest.fixture(scope="module")
-def real_data(tmp_path_factory, default_target_dir) -> dict[str, str]:
+def real_data(tmp_path_factory, real_target) -> dict[str, str]:
     """Greedy answers of the real target to 6 train and 4 held-out eval prompts (40 new
     tokens), extracted with the default aux layers; a 256-token draft vocab (~10 s each)."""
     from eagle3lab.data.extract import extract
     from eagle3lab.data.regenerate import regenerate
-    from eagle3lab.target.adapter import load_target
     from eagle3lab.data.vocab import build_shard_vocab
 
     out = tmp_path_factory.mktemp("real-data")
-    tgt = load_target(str(default_target_dir), device="cpu")
+    tgt = real_target
     for split, n in (("train", 6), ("eval", 4)):
         regenerate(target=tgt, prompts=split, out=out / f"{split}.jsonl", limit=n,
                    max_new_tokens=40, batch_size=8, progress=False)

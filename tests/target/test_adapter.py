@@ -48,8 +48,8 @@ def test_capture_matches_output_hidden_states_tiny(tiny_target):
 
 
 @pytest.mark.real
-def test_capture_matches_output_hidden_states_real(default_target_dir):
-    tgt = load_target(str(default_target_dir), device="cpu")
+def test_capture_matches_output_hidden_states_real(real_target):
+    tgt = real_target
     assert (tgt.num_layers, tgt.hidden_size, tgt.vocab_size) == (30, 576, 49152)
     assert "<|im_start|>" in tgt.chat_template
     aux = tgt.aux_layers()

@@ -88,8 +88,8 @@ def write_packed_shard(path: Path, tensors: dict[str, Any]) -> dict[str, Any]:
     # holds the GIL only for that copy), then written, fsync'd and hashed from memory with
     # the GIL released: a shard written in the background does not stall the extraction
     # loop for the seconds a multi-GB file takes to reach the disk (save_file would).
-    data = save(tensors, metadata={"format": f"{FORMAT}/{FORMAT_VERSION}"})
     with atomic_path(path) as tmp:
+        data = save(tensors, metadata={"format": f"{FORMAT}/{FORMAT_VERSION}"})
         with open(tmp, "wb") as f:
             f.write(data)
     digest = sha256_bytes(data)

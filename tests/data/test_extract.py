@@ -72,25 +72,24 @@ def test_crash_mid_shard_leaves_nothing_marked_complete(tiny_target, convs, tmp_
     import safetensors.torch as st
 
     out = tmp_path / "shards"
-    real_save = st.save_file
+    real_save = st.save  # shards are serialised in memory, then written to a temp file
     calls = {"n": 0}
 
-    def flaky_save(tensors, filename, metadata=None):
+    def flaky_save(tensors, metadata=None):
         calls["n"] += 1
-        if calls["n"] == 2:  # die half-way through writing the second shard
-            with open(filename, "wb") as f:
-                f.write(b"\x00" * 100)
+        if calls["n"] == 2:  # die while the second shard's temp file exists
+            assert len(list(out.glob(".shard-00001.safetensors.*.tmp"))) == 1
             raise KeyboardInterrupt
-        return real_save(tensors, filename, metadata=metadata)
+        return real_save(tensors, metadata=metadata)
 
-    monkeypatch.setattr(st, "save_file", flaky_save)
+    monkeypatch.setattr(st, "save", flaky_save)
     with pytest.raises(KeyboardInterrupt):
         extract(conversations=convs, out=out, target=tiny_target, samples_per_shard=4,
                 progress=False)
     m = json.loads((out / MANIFEST).read_text())
     assert [x["file"] for x in m["shards"]] == ["shard-00000.safetensors"]
     assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "shard-00000.safetensors"]
-    monkeypatch.setattr(st, "save_file", real_save)
+    monkeypatch.setattr(st, "save", real_save)
     s = extract(conversations=convs, out=out, target=tiny_target, samples_per_shard=4,
                 progress=False)
     assert s["complete"] and s["new_shards"] == 2

@@ -114,20 +114,24 @@ def plot_tokens_per_s(summary_df, ax=None):
     return ax
 
 
-def plot_live_positions(live_df, offline_df=None, ax=None):
+def plot_live_positions(live_df, offline_df=None, ax=None, predicted_df=None):
     """Per-position acceptance from /metrics windows over time (one line per position,
-    vLLM's counters: accepted at position k / drafts in the window) and, dashed, the same
-    positions from the requests' own histograms over the whole run."""
+    vLLM's counters: accepted at position k / drafts in the window); dashed, the same
+    positions from the requests' own histograms over the whole run; dotted, the offline
+    engine's prediction for the same drafter and prompts (`tables.offline_positions`)."""
     plt = _plt()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.5))
+    refs = [(df, ls, what) for df, ls, what in (
+        (offline_df, "--", "per-request histograms"),
+        (predicted_df, ":", "offline prediction")) if df is not None and len(df)]
     for k, g in live_df.groupby("position"):
         line, = ax.plot(g["t_s"], g["p_cumulative"], "o-", label=f"k={k} live (/metrics)")
-        if offline_df is not None and len(offline_df):
-            ref = offline_df.loc[offline_df["position"] == k, "p_cumulative"]
+        for df, ls, what in refs:
+            ref = df.loc[df["position"] == k, "p_cumulative"]
             if len(ref):
-                ax.axhline(float(ref.iloc[0]), ls="--", color=line.get_color(),
-                           label=f"k={k} per-request histograms")
+                ax.axhline(float(ref.iloc[0]), ls=ls, color=line.get_color(),
+                           label=f"k={k} {what}")
     ax.set_xlabel("seconds since the first window")
     ax.set_ylabel("P(positions 1..k accepted)")
     ax.set_ylim(-0.02, 1.05)

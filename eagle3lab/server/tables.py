@@ -68,3 +68,14 @@ def per_position(requests_df):
     return pd.DataFrame(rows, columns=["arm", "position", "verify_steps",
                                        "accepted_at_least_k", "p_cumulative",
                                        "p_conditional"])
+
+
+def offline_positions(result: dict, arm: int = 0):
+    """`per_position`'s table for one arm of an offline measurement
+    (`eagle3lab.specdec.accept.measure_acceptance`'s result): the prediction a live
+    server's per-position acceptance is read against, on the same drafter and prompts."""
+    import pandas as pd
+
+    rows = [{"arm": "offline", "accept_histogram": r["accept_histogram"]}
+            for r in result["arms"][arm]["per_request"]]
+    return per_position(pd.DataFrame(rows, columns=["arm", "accept_histogram"]))

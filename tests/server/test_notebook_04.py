@@ -60,6 +60,15 @@ def test_notebook_04_runs_under_papermill(tmp_path, default_target_dir, untraine
     live = pd.read_csv(run / "live.csv")  # /metrics windows, positions 1..steps
     assert set(live["position"]) == {1, 2} and (live["p_cumulative"] <= 1).all()
     assert len(images) >= 7  # + live per-position, concurrency sweep
+    # the offline engine's prediction for the same drafter and prompts: the reference
+    # server decodes with that engine, so (greedy) it predicts the served accept length
+    import re
+
+    tau = float(re.search(r"offline prediction \(same drafter and prompts\): tau ([\d.]+)",
+                          text).group(1))
+    served = pd.read_csv(run / "summary.csv").set_index("arm").loc["speculative",
+                                                                    "accept_length"]
+    assert abs(tau - served) < 1e-3, (tau, served)
     codes = {f["code"] for f in bench["findings"]["speculative"]}
     assert "acceptance-collapse" in codes  # an untrained drafter is never accepted
     assert "no-speculation" in {f["code"] for f in bench["findings"]["baseline"]}

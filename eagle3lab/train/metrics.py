@@ -55,11 +55,14 @@ def step_count_tensor(metrics: dict, loss_mask, ttt_steps: int, decay: float):
     import torch
 
     dev = loss_mask.device
+
+    def value(key: str):
+        return torch.as_tensor(metrics[key], device=dev).detach().to(torch.float64)
+
     out = []
     for i in range(ttt_steps):
         n = loss_mask[:, i:].sum().to(torch.float64)
         w = decay ** i
-        value = (lambda k: torch.as_tensor(metrics[k], device=dev).detach().to(torch.float64))
         out += [value(f"loss_{i}_sum") / w * n if w else torch.zeros((), dtype=torch.float64,
                                                                       device=dev), n]
         for kind in ("full_acc", "cond_acc"):

@@ -46,6 +46,15 @@ def add_parser(sub) -> None:
                    "last_layer arm and an SGLang-config/speculators-keys copy loaded as sglang")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--engine", choices=["auto", "eager", "static"], default="auto",
+                   help="auto: static on a GPU (Llama-family targets), eager elsewhere; "
+                   "eager: HF forwards with dynamic caches, one prompt at a time (any target; "
+                   "the CPU path); static: static KV caches, the target's verify step and the "
+                   "drafter's step replayed as CUDA graphs on a GPU, prompts batched")
+    p.add_argument("--batch-size", type=int, default=1, help="prompts in flight (static "
+                   "engine). Above 1, acceptance is measured over the batch and tokens/s "
+                   "and speedups are batch-B figures (throughput); measure batch-1 speed "
+                   "with --batch-size 1")
 
 
 def run(args) -> int:
@@ -72,7 +81,8 @@ def run(args) -> int:
                                steps=args.steps, topk=args.topk,
                                draft_tokens=args.draft_tokens, temperature=args.temperature,
                                seed=args.seed, device=args.device, dtype=args.dtype,
-                               threads=args.threads, progress=not args.json)
+                               threads=args.threads, progress=not args.json,
+                               engine=args.engine, batch_size=args.batch_size)
     if args.json:
         print(json.dumps(r, indent=2, default=str))
         return 0
@@ -83,4 +93,10 @@ def run(args) -> int:
     print(pd.DataFrame(summary_rows(r)).to_string(index=False))
     for a in r["arms"]:
         print(f"{a['name']}: accept histogram {a['stats']['accept_histogram']}")
+    if "batch" in r:
+        print(f"batch {r['batch']['size']} (throughput over the whole run):")
+        for run in r["batch"]["runs"]:
+            print(f"  {run['name']}: {run['tokens_per_s']:.1f} tok/s, "
+                  f"{run['prompts_per_min']:.1f} prompts/min, x{run['speedup'] or 0:.2f} vs "
+                  f"plain, {run['wall_s']:.1f} s")
     return 0

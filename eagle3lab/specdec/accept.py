@@ -63,12 +63,20 @@ def measure_acceptance(
     arms: list[Arm] | None = None, prompts: str | os.PathLike = "eval", limit: int | None = 24,
     max_new_tokens: int = 128, steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
     temperature: float = 0.0, seed: int = 0, device: str = "auto", dtype: str = "float32",
-    threads: int = 0, progress: bool = True,
+    threads: int = 0, progress: bool = True, engine: str = "eager", batch_size: int = 1,
+    compile: bool = False,
 ) -> dict[str, Any]:
     """Decode `prompts` plainly and with each arm; return raw counts, rates and speedups.
 
     draft: one drafter checkpoint (a single healthy arm); arms: several configurations.
     threads: torch CPU threads for this measurement (0: leave as is; restored after).
+    engine: "eager" (HF forwards, dynamic caches: any target, the CPU path), "static"
+    (static KV caches, CUDA graphs on a GPU: eagle3lab.specdec.batched) or "auto" (static
+    on a GPU where the target is supported). batch_size (static engine): prompts in flight;
+    above 1 the plain run and each arm decode all prompts batched, one after the other,
+    and `result["batch"]` holds their throughput (a batch-B speedup); at 1 prompts are
+    interleaved plain/arms and the speed figures are batch-1 figures. compile (static
+    engine on a GPU): torch.compile each captured step (fused kernels; slower start).
     """
     import torch
 
@@ -79,7 +87,8 @@ def measure_acceptance(
         out = _measure(target=target, draft=draft, arms=arms, prompts=prompts, limit=limit,
                        max_new_tokens=max_new_tokens, steps=steps, topk=topk,
                        draft_tokens=draft_tokens, temperature=temperature, seed=seed,
-                       device=device, dtype=dtype, progress=progress)
+                       device=device, dtype=dtype, progress=progress, engine=engine,
+                       batch_size=batch_size, compile=compile)
     finally:
         torch.set_num_threads(before)
     out["settings"]["threads"] = threads or before
@@ -87,12 +96,13 @@ def measure_acceptance(
 
 
 def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk,
-             draft_tokens, temperature, seed, device, dtype, progress) -> dict[str, Any]:
+             draft_tokens, temperature, seed, device, dtype, progress, engine,
+             batch_size, compile) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     from eagle3lab.data.prompts import load_prompts
     from eagle3lab.errors import UserError
-    from eagle3lab.specdec.load import check_draft, load_engine
+    from eagle3lab.specdec.load import ENGINES, check_draft, load_engine, resolve_engine
     from eagle3lab.specdec.stats import AcceptStats, predicted_speedup
     from eagle3lab.target.adapter import Target, load_target
 
@@ -101,6 +111,12 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"{name} (--{name.replace('_', '-')}) must be a whole number of at "
                             f"least 1, got {value!r}.")
+    if engine not in ENGINES:
+        raise UserError(f"engine (--engine) must be one of {', '.join(ENGINES)}; got "
+                        f"{engine!r}.")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise UserError(f"batch size (--batch-size) must be a whole number of at least 1, "
+                        f"got {batch_size!r}.")
     if temperature < 0:
         raise UserError(f"temperature (--temperature) must be >= 0 (0 = greedy), got "
                         f"{temperature!r}.")
@@ -119,18 +135,45 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
     kw = dict(max_new_tokens=max_new_tokens, temperature=temperature)
     t0 = time.time()
 
-    plain = load_engine(target=tgt)
+    kind = resolve_engine(engine, tgt)
+    if kind == "eager" and batch_size > 1:
+        raise UserError("batch size > 1 needs the static engine (--engine static); the eager "
+                        "engine decodes one prompt at a time.")
+    ekw = dict(engine=kind, batch_size=batch_size, compile=compile)
+    plain = load_engine(target=tgt, **ekw)
     engines = [load_engine(target=tgt, draft=arm.draft, steps=steps, topk=topk,
-                           draft_tokens=draft_tokens, features=arm.features, load_as=arm.load_as)
+                           draft_tokens=draft_tokens, features=arm.features, load_as=arm.load_as,
+                           **ekw)
                for arm in arms]
-    # Interleaved: each prompt is decoded plainly, then by every arm, so that a change in
-    # machine load affects all of them alike (the ratios are what matter).
     plain_results: list = []
     arm_results: list[list] = [[] for _ in arms]
-    for i, (_, ids) in enumerate(tqdm(plist, desc="decode (plain + arms)", disable=not progress)):
-        plain_results.append(plain.generate(ids, seed=seed + i, **kw))
-        for j, eng in enumerate(engines):
-            arm_results[j].append(eng.generate(ids, seed=seed + i, **kw))
+    batch: dict[str, Any] | None = None
+    if batch_size > 1:
+        # Batched: all prompts plainly, then all with each arm; throughput = tokens / wall.
+        ids_list = [ids for _, ids in plist]
+        seeds = [seed + i for i in range(len(plist))]
+        runs = []
+        for name, eng in [("plain", plain)] + [(a.name, e) for a, e in zip(arms, engines)]:
+            with tqdm(total=len(plist), desc=f"decode {name} (batch {batch_size})",
+                      disable=not progress) as bar:
+                res = eng.generate_many(ids_list, seeds=seeds, on_done=lambda *_: bar.update(),
+                                        **kw)
+            (plain_results if eng is plain else arm_results[engines.index(eng)]).extend(res)
+            runs.append({"name": name, **eng.last_run})
+        for r in runs:
+            r["tokens_per_s"] = r["completion_tokens"] / r["wall_s"] if r["wall_s"] else 0.0
+            r["prompts_per_min"] = 60 * r["prompts"] / r["wall_s"] if r["wall_s"] else 0.0
+            r["speedup"] = (r["tokens_per_s"] / runs[0]["tokens_per_s"]
+                            if runs[0]["tokens_per_s"] else None)
+        batch = {"size": batch_size, "runs": runs}
+    else:
+        # Interleaved: each prompt is decoded plainly, then by every arm, so that a change
+        # in machine load affects all of them alike (the ratios are what matter).
+        for i, (_, ids) in enumerate(tqdm(plist, desc="decode (plain + arms)",
+                                          disable=not progress)):
+            plain_results.append(plain.generate(ids, seed=seed + i, **kw))
+            for j, eng in enumerate(engines):
+                arm_results[j].append(eng.generate(ids, seed=seed + i, **kw))
     plain_stats = AcceptStats.from_results(plain_results)
     plain_steps = sum(max(r.completion_tokens - 1, 1) for r in plain_results)
     plain_step_s = plain_stats.decode_s / plain_steps
@@ -138,12 +181,16 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
         "target": tgt.describe(), "prompts": str(prompts), "requests": len(plist),
         "settings": {"steps": steps, "topk": topk, "draft_tokens": draft_tokens,
                      "temperature": temperature, "max_new_tokens": max_new_tokens,
-                     "seed": seed, "dtype": str(tgt.dtype).replace("torch.", "")},
+                     "seed": seed, "dtype": str(tgt.dtype).replace("torch.", ""),
+                     "engine": kind, "batch_size": batch_size,
+                     "device": str(tgt.device)},
         "plain": {"completion_tokens": plain_stats.completion_tokens,
                   "decode_s": plain_stats.decode_s, "tokens_per_s": plain_stats.tokens_per_s,
                   "step_s": plain_step_s},
         "arms": [],
     }
+    if batch is not None:
+        out["batch"] = batch
     for arm, eng, results in zip(arms, engines, arm_results):
         st = AcceptStats.from_results(results)
         verify_step = st.verify_s / st.verify_ct if st.verify_ct else 0.0

@@ -26,26 +26,106 @@ from eagle3lab.specdec.result import GenerationResult
 FEATURES = ("fused", "last_layer")
 
 
+def check_features(features: str) -> None:
+    from eagle3lab.errors import UserError
+
+    if features not in FEATURES:
+        raise UserError(f"features must be one of {FEATURES}, got {features!r}.")
+
+
+def resolve_draft_shape(steps: int, topk: int, draft_tokens: int | None) -> int:
+    """D (tokens verified per step, root included) as SGLang resolves it: S + 1 for chains
+    (topk 1), else the given D, default min(S*K, 16) + 1; refuses impossible shapes."""
+    from eagle3lab.errors import UserError
+
+    if steps < 1 or topk < 1:
+        raise UserError("steps and topk must be at least 1.")
+    if topk == 1:
+        return steps + 1  # SGLang forces D = S + 1 for chains
+    if draft_tokens is None:
+        draft_tokens = min(steps * topk, 16) + 1
+    if not 2 <= draft_tokens <= steps * topk + 1:
+        raise UserError(f"draft_tokens (D, root included) must be in 2..{steps * topk + 1} "
+                        f"for steps={steps}, topk={topk}; got {draft_tokens}.")
+    return draft_tokens
+
+
+def accept_sampled(drafts: list[int], qs: list, logits, temperature: float, top_p: float,
+                   hot, gen=None) -> tuple[int, int]:
+    """Rejection sampling over a chain: accept draft d with prob min(1, p(d)/q(d)); on
+    rejection sample from norm(max(p - q, 0)); all accepted: sample the bonus from p.
+    logits: the target's rows for the verify inputs; qs: the draft distributions (drafter
+    vocabulary); hot: draft id -> target id. Returns (accepted, the token emitted after)."""
+    import torch
+
+    for i, tok in enumerate(drafts):
+        p = sampling_probs(logits[i].float().cpu(), temperature, top_p)
+        q = torch.zeros_like(p)
+        q[hot.cpu()] = qs[i].cpu()
+        ratio = float(p[tok] / q[tok]) if q[tok] > 0 else 0.0
+        if float(torch.rand((), generator=gen)) < min(1.0, ratio):
+            continue
+        resid = torch.clamp(p - q, min=0)
+        resid = resid / resid.sum() if resid.sum() > 0 else p
+        return i, int(torch.multinomial(resid, 1, generator=gen))
+    p = sampling_probs(logits[len(drafts)].float().cpu(), temperature, top_p)
+    return len(drafts), int(torch.multinomial(p, 1, generator=gen))
+
+
+def select_tree(nodes: list[dict[str, Any]], count: int) -> tuple[list[int], list[int]]:
+    """The `count` best-scoring drafted nodes, ancestor-closed, in verify order (by depth),
+    and each verify input's parent (verify-input index; 0 = the root). A node's score never
+    exceeds its parent's, so sorting by (score desc, depth asc) and adding ancestors first
+    keeps the set ancestor-closed. nodes: dicts with parent (node index, -1 = root), depth,
+    score."""
+    chosen: list[int] = []
+    for ni in sorted(range(len(nodes)), key=lambda i: (-nodes[i]["score"],
+                                                       nodes[i]["depth"])):
+        chain = []
+        a = ni
+        while a != -1 and a not in chosen:
+            chain.append(a)
+            a = nodes[a]["parent"]
+        if len(chosen) + len(chain) > count:
+            continue
+        chosen.extend(reversed(chain))
+        if len(chosen) == count:
+            break
+    chosen.sort(key=lambda i: (nodes[i]["depth"], i))
+    where = {ni: k + 1 for k, ni in enumerate(chosen)}  # verify-input index (0 = root)
+    parents = [0] * (len(chosen) + 1)
+    for ni in chosen:
+        parents[where[ni]] = where.get(nodes[ni]["parent"], 0)
+    return chosen, parents
+
+
+def walk_tree(tokens: list[int], parents: list[int], target_next: list[int]
+              ) -> tuple[list[int], int]:
+    """Greedy walk from the root: follow the child whose token is the target's argmax.
+    Returns (verify-input indices kept, root first; the target's token after the last)."""
+    children: dict[int, list[int]] = {}
+    for r in range(1, len(parents)):
+        children.setdefault(parents[r], []).append(r)
+    path, cur = [0], 0
+    while True:
+        nxt = next((c for c in children.get(cur, [])
+                    if tokens[c - 1] == target_next[cur]), None)
+        if nxt is None:
+            return path, target_next[cur]
+        path.append(nxt)
+        cur = nxt
+
+
 class SpecEngine:
     """Target + drafter. `generate()` has the same signature and result as PlainEngine."""
 
     def __init__(self, target, drafter, *, capture_points: list[int] | None = None,
                  steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
                  features: str = "fused"):
-        from eagle3lab.errors import UserError
         from eagle3lab.target.auxlayers import AuxLayers
 
-        if features not in FEATURES:
-            raise UserError(f"features must be one of {FEATURES}, got {features!r}.")
-        if steps < 1 or topk < 1:
-            raise UserError("steps and topk must be at least 1.")
-        if topk == 1:
-            draft_tokens = steps + 1  # SGLang forces D = S + 1 for chains
-        elif draft_tokens is None:
-            draft_tokens = min(steps * topk, 16) + 1
-        if not 2 <= draft_tokens <= steps * topk + 1:
-            raise UserError(f"draft_tokens (D, root included) must be in 2..{steps * topk + 1} "
-                            f"for steps={steps}, topk={topk}; got {draft_tokens}.")
+        check_features(features)
+        draft_tokens = resolve_draft_shape(steps, topk, draft_tokens)
         self.target, self.drafter = target, drafter
         self.tokenizer = target.tokenizer
         self.steps, self.topk, self.draft_tokens = steps, topk, draft_tokens
@@ -219,19 +299,8 @@ class SpecEngine:
             while acc < len(drafts) and drafts[acc] == target_next[acc]:
                 acc += 1
             return acc, target_next[acc]
-        hot = self.drafter.hot_ids
-        for i, tok in enumerate(drafts):
-            p = sampling_probs(logits[i].float().cpu(), temperature, top_p)
-            q = torch.zeros_like(p)
-            q[hot.cpu()] = qs[i].cpu()
-            ratio = float(p[tok] / q[tok]) if q[tok] > 0 else 0.0
-            if float(torch.rand((), generator=gen)) < min(1.0, ratio):
-                continue
-            resid = torch.clamp(p - q, min=0)
-            resid = resid / resid.sum() if resid.sum() > 0 else p
-            return i, int(torch.multinomial(resid, 1, generator=gen))
-        p = sampling_probs(logits[len(drafts)].float().cpu(), temperature, top_p)
-        return len(drafts), int(torch.multinomial(p, 1, generator=gen))
+        return accept_sampled(drafts, qs, logits, temperature, top_p, self.drafter.hot_ids,
+                              gen)
 
     def _draft_tree(self, d_logits, d_hidden, L: int) -> dict[str, Any]:
         """Expand K children per frontier node for S depths, keep the K best per depth,
@@ -278,31 +347,12 @@ class SpecEngine:
                               "depth": depth + 1, "score": s, "entry": None, "hidden": h})
                 frontier.append(len(nodes) - 1)
         d.crop(c0)
-        # the D-1 best nodes; a node's score never exceeds its parent's, so sorting by
-        # (score desc, depth asc) and adding ancestors first keeps the set ancestor-closed
-        chosen: list[int] = []
-        for ni in sorted(range(len(nodes)), key=lambda i: (-nodes[i]["score"],
-                                                           nodes[i]["depth"])):
-            chain = []
-            a = ni
-            while a != -1 and a not in chosen:
-                chain.append(a)
-                a = nodes[a]["parent"]
-            if len(chosen) + len(chain) > self.draft_tokens - 1:
-                continue
-            chosen.extend(reversed(chain))
-            if len(chosen) == self.draft_tokens - 1:
-                break
-        chosen.sort(key=lambda i: (nodes[i]["depth"], i))
-        where = {ni: k + 1 for k, ni in enumerate(chosen)}  # verify-input index (0 = root)
+        chosen, parents = select_tree(nodes, self.draft_tokens - 1)
         m = len(chosen) + 1
         allowed = torch.zeros(m, L + m, dtype=torch.bool)
         allowed[:, :L] = True
         allowed[0, L] = True
-        parents = [0] * m
-        for ni in chosen:
-            r = where[ni]
-            parents[r] = where.get(nodes[ni]["parent"], 0)
+        for r in range(1, m):
             a = r
             while True:
                 allowed[r, L + a] = True
@@ -317,16 +367,5 @@ class SpecEngine:
         """Greedy walk from the root: follow the child whose token is the target's argmax."""
         import torch
 
-        target_next = torch.argmax(logits, dim=-1).tolist()
-        children: dict[int, list[int]] = {}
-        for r in range(1, len(tree["parents"])):
-            children.setdefault(tree["parents"][r], []).append(r)
-        path, cur = [0], 0
-        while True:
-            nxt = next((c for c in children.get(cur, [])
-                        if tree["tokens"][c - 1] == target_next[cur]), None)
-            if nxt is None:
-                return path, target_next[cur]
-            path.append(nxt)
-            cur = nxt
-
+        return walk_tree(tree["tokens"], tree["parents"],
+                         torch.argmax(logits, dim=-1).tolist())

@@ -68,9 +68,14 @@ def check_draft(draft: str | os.PathLike) -> None:
 def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLike | None = None,
                 steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
                 features: str = "fused", load_as: str | None = None, device: str = "auto",
-                dtype: str = "float32", seed: int = 0):
-    """A PlainEngine (no draft) or a SpecEngine. `load_as`: emulate that serving engine's
-    loading of the drafter (default: the checkpoint's native engine, i.e. as trained)."""
+                dtype: str = "float32", seed: int = 0, engine: str = "eager",
+                batch_size: int = 1, graphs: bool | None = None, compile: bool = False):
+    """A PlainEngine (no draft) or a SpecEngine; with `engine="static"` a BatchedEngine
+    (static KV caches, CUDA graphs on a GPU, `batch_size` prompts in flight; `compile`:
+    torch.compile each captured step first, for fused kernels) of either kind;
+    `engine="auto"`: static on a GPU where the target is supported, else eager.
+    `load_as`: emulate that serving engine's loading of the drafter (default: the
+    checkpoint's native engine, i.e. as trained)."""
     from eagle3lab.errors import UserError
     from eagle3lab.formats.load_as import build_model, load_as as emulate
     from eagle3lab.target.adapter import Target, load_target
@@ -85,7 +90,13 @@ def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLi
         draft = locate_checkpoint(draft)
     tgt = target if isinstance(target, Target) else load_target(target, device=device,
                                                                    dtype=dtype)
+    engine_kind = resolve_engine(engine, tgt)
     if draft is None:
+        if engine_kind == "static":
+            from eagle3lab.specdec.batched import BatchedEngine
+
+            return BatchedEngine(tgt, None, batch_size=batch_size, graphs=graphs,
+                                 compile=compile)
         return PlainEngine(tgt)
     engine, misfit = fit_errors(draft, target=tgt.path)
     if misfit:
@@ -98,5 +109,31 @@ def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLi
     drafter = Drafter(model)
     if state.hot_token_ids is not None:
         drafter.hot_ids = state.hot_token_ids.to(tgt.device)
+    if engine_kind == "static":
+        from eagle3lab.specdec.batched import BatchedEngine
+
+        return BatchedEngine(tgt, drafter, capture_points=state.capture_points, steps=steps,
+                             topk=topk, draft_tokens=draft_tokens, features=features,
+                             batch_size=batch_size, graphs=graphs, compile=compile)
     return SpecEngine(tgt, drafter, capture_points=state.capture_points, steps=steps,
                       topk=topk, draft_tokens=draft_tokens, features=features)
+
+
+#: the offline engine's implementations: HF eager with dynamic caches (any target, the CPU
+#: default) or static caches + CUDA graphs + batching (Llama-family targets; GPU speed).
+ENGINES = ("auto", "eager", "static")
+
+
+def resolve_engine(engine: str, target) -> str:
+    """"eager" or "static"; "auto" is static on a GPU when the target is supported, else
+    eager (the CPU path stays the one the tests pin)."""
+    from eagle3lab.errors import UserError
+    from eagle3lab.specdec.staticmodel import unsupported_reason
+
+    if engine not in ENGINES:
+        raise UserError(f"engine (--engine) must be one of {', '.join(ENGINES)}; got "
+                        f"{engine!r}.")
+    if engine == "auto":
+        gpu = target.device.type == "cuda"
+        return "static" if gpu and unsupported_reason(target.model.config) is None else "eager"
+    return engine

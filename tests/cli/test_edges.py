@@ -236,6 +236,30 @@ def test_accept_compare_failures_on_a_sharded_drafter(tiny_draft, tiny_target_di
     assert arms["draft"]["matches_plain"] == 1
 
 
+def test_accept_static_engine_batched(tiny_draft, tiny_target_dir, capsys):
+    """`--engine static --batch-size 2` on the CPU: the same counts as the eager engine, the
+    batch throughput printed; bad values are one line each."""
+    base = ["accept", "--target", str(tiny_target_dir), "--draft", str(tiny_draft),
+            "--limit", "3", "--max-new-tokens", "5", "--steps", "2"]
+    rc = main(base + ["--json"])
+    eager = json.loads(capsys.readouterr()[0])
+    rc = main(base + ["--engine", "static", "--batch-size", "2", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "Traceback" not in err, err
+    static = json.loads(out)
+    assert static["settings"]["engine"] == "static" and static["settings"]["batch_size"] == 2
+    for key in ("accept_histogram", "verify_ct", "completion_tokens"):
+        assert static["arms"][0]["stats"][key] == eager["arms"][0]["stats"][key]
+    assert [r["name"] for r in static["batch"]["runs"]] == ["plain", "draft"]
+    rc = main(base + ["--engine", "static", "--batch-size", "2"])
+    out, _ = capsys.readouterr()
+    assert rc == 0 and "batch 2 (throughput over the whole run):" in out and "prompts/min" in out
+    err = run(base + ["--batch-size", "0", "--engine", "static"], capsys)
+    assert "batch size (--batch-size) must be a whole number of at least 1, got 0" in err
+    err = run(base + ["--batch-size", "2", "--engine", "eager"], capsys)
+    assert "batch size > 1 needs the static engine (--engine static)" in err
+
+
 # --- the last resort -----------------------------------------------------------------------
 def test_an_unexpected_error_is_one_line_exit_2(shards, monkeypatch, capsys):
     from eagle3lab.data import shards as shards_module

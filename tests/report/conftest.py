@@ -30,9 +30,11 @@ def tiny_params(work_dir: Path, target: Path) -> dict:
         "01_extract": {"sample_count": 2, "batch_size": 2},
         "02_training_curves": {"plateau_window": 2},
         # 05 once, here, with every section on (tests/report/test_report.py checks them):
-        # the chain-length curve, both failure arms, the speed section (short answers)
+        # the chain-length curve, both failure arms, the speed section (short answers);
+        # on the static engine with two rows in flight (one idle: one prompt)
         "05_acceptance": {"limit": 1, "max_new_tokens": 6, "chain_lengths": [1, 2],
-                          "compare_failures": True, "speed_max_new_tokens": 16},
+                          "compare_failures": True, "speed_max_new_tokens": 16,
+                          "engine": "static", "batch_size": 2},
         "04_live_server": {"prompt_count": 2, "steps": 2, "silence_s": 60.0,
                            "startup_timeout_s": 180.0},
         "06_grokking_vs_data": {"data_fractions": [1.0, 0.5], "seeds": [0, 1],

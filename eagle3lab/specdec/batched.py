@@ -1,0 +1,724 @@
+"""The offline engine at GPU speed: static KV caches, CUDA graphs, many prompts in flight.
+
+Prevents two wrong readings on a GPU: a "spec vs plain" ratio that measures HF eager's
+Python overhead (every step costs the same 20-34 ms there, whatever is computed), and
+acceptance measurements on a real target that take an hour because prompts go one at a
+time. `BatchedEngine` decodes plainly (no drafter) or speculatively (chain or tree,
+greedy, or rejection sampling for chains) with the forwards of `staticmodel`, B rows at
+once; each row holds one prompt at its own length (ragged), accepts its own number of
+drafts per step, and is refilled with the next prompt when it finishes. Per request it
+returns the same `GenerationResult` (raw counts) as `SpecEngine`/`PlainEngine`, and it
+follows their algorithm step for step (the same drafting, tree selection, acceptance
+rule, per-request sampling generator and draw order), so on a CPU in fp32 its outputs
+and acceptance counts equal theirs (tests check it); `generate` has their signature.
+
+Greedy plain decoding and greedy chains (the speed-critical cases) keep their whole state
+on the device: one captured step per verify (with the acceptance rule) and one per
+drafting (the catch-up, then the next chain), pipelined so that step t is enqueued
+before the host accounts step t-1 (the device never waits for the host's bookkeeping; a
+row's first chain is drafted with its prefill). Tree drafting and sampling take the
+general path, which returns to the host between phases.
+
+Timing: a request's decode_s runs from the end of its prefill to its last token; at batch
+size B it includes the other rows' work (a batch-B figure); verify_s/draft_s are the
+step's time in target forwards (+ acceptance) / drafting, charged to every row in
+flight: on the pipelined path measured with CUDA events (device time), elsewhere between
+device synchronisations. `last_run` holds the whole run's wall time (the batch-B
+throughput).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from eagle3lab.specdec.engine import (accept_sampled, check_features,
+                                      resolve_draft_shape, select_tree, walk_tree)
+from eagle3lab.specdec.plain import sample_token
+from eagle3lab.specdec.result import GenerationResult
+from eagle3lab.specdec.staticmodel import (DrafterForward, Graphs, TargetForward, round_up,
+                                           unsupported_reason)
+
+#: kv_len buckets: attention reads the cache up to the next multiple of this.
+KV_BUCKET = 128
+
+
+class _Row:
+    """One request in flight (host-side state)."""
+
+    def __init__(self, req: int, ids: list[int], gen, stops: set[int]):
+        self.req, self.ids, self.gen, self.stops = req, ids, gen, stops
+        self.out: list[int] = []
+        self.hist: list[int] = []
+        self.verify_ct = 0
+        self.L = len(ids)  # tokens in the target cache; x sits at position L
+        self.x = 0
+        self.done = False
+        self.finish = "length"
+        self.prefill_s = self.verify_s = self.draft_s = 0.0
+        self.t_decode = 0.0
+        self.decode_s = 0.0
+
+
+class BatchedEngine:
+    """Plain (drafter None) or speculative decoding of many prompts at once."""
+
+    def __init__(self, target, drafter=None, *, capture_points: list[int] | None = None,
+                 steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
+                 features: str = "fused", batch_size: int = 1, graphs: bool | None = None,
+                 compile: bool = False):
+        from eagle3lab.errors import UserError
+        from eagle3lab.target.auxlayers import AuxLayers
+
+        why = unsupported_reason(target.model.config)
+        if why:
+            raise UserError(f"The static engine cannot run the target {target.name}: {why}. "
+                            f"Use the eager engine (--engine eager).")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise UserError(f"batch size (--batch-size) must be a whole number of at least 1, "
+                            f"got {batch_size!r}.")
+        check_features(features)
+        self.target, self.drafter = target, drafter
+        self.tokenizer = target.tokenizer
+        self.batch_size = batch_size
+        self.steps, self.topk = steps, topk
+        self.draft_tokens = resolve_draft_shape(steps, topk, draft_tokens) if drafter else 1
+        self.features = features
+        self.aux = None
+        if drafter is not None:
+            points = capture_points or list(target.aux_layers().capture_points)
+            self.aux = AuxLayers.from_capture_points(points, target.num_layers, "vllm")
+        eos = target.model.generation_config.eos_token_id
+        self.stop_token_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+        self.device = target.device
+        cuda = self.device.type == "cuda"
+        self.graphs = Graphs(enabled=cuda if graphs is None else graphs and cuda,
+                             compile=compile and cuda)
+        self.tf = TargetForward(target, self.aux.capture_points if self.aux else [],
+                                features if drafter is not None else None)
+        self.df = DrafterForward(drafter) if drafter is not None else None
+        self.kv_t = self.kv_d = None
+        self.max_len = 0
+        self.last_run: dict[str, Any] = {}
+        import torch
+
+        if drafter is not None:
+            self.hot = drafter.hot_ids.to(self.device)
+            self.hot_cpu = self.hot.cpu()
+            # the drafter cache's window: chain drafts / catch-up (S+1) or tree entries
+            self.w_draft = max(steps + 1, topk * max(steps - 1, 1))
+        self._tril: dict[Any, Any] = {}  # masks built once: tril(n), chain windows
+        self._torch = torch
+
+    @property
+    def num_draft_tokens(self) -> int:
+        return self.draft_tokens - 1 if self.drafter is not None else 0
+
+    # --- buffers -------------------------------------------------------------------------
+    def _ensure(self, max_len: int) -> None:
+        if max_len <= self.max_len:
+            return
+        t = self.target
+        self.max_len = round_up(max_len, KV_BUCKET)
+        self.graphs.clear()
+        self.kv_t = None
+        self.kv_t = self.tf.new_cache(batch=self.batch_size, max_len=self.max_len,
+                                      dtype=t.dtype, device=self.device)
+        if self.df is not None:
+            self.kv_d = None
+            self.kv_d = self.df.new_cache(batch=self.batch_size, max_len=self.max_len,
+                                          dtype=self.drafter.dtype, device=self.device)
+
+    def _tri(self, n: int):
+        if n not in self._tril:
+            self._tril[n] = self._torch.ones(n, n, dtype=self._torch.bool,
+                                             device=self.device).tril()
+        return self._tril[n]
+
+    def _kv_len(self, longest: int) -> int:
+        return min(round_up(longest, KV_BUCKET), self.max_len)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            self._torch.cuda.synchronize(self.device)
+
+    # --- the public calls ----------------------------------------------------------------
+    def generate(self, input_ids: list[int], *, max_new_tokens: int, temperature: float = 0.0,
+                 top_p: float = 1.0, seed: int | None = None,
+                 stop_token_ids: set[int] | None = None,
+                 on_step: Callable[[list[int], int | None], None] | None = None
+                 ) -> GenerationResult:
+        """One prompt (row 0 of the batch); the signature of SpecEngine.generate."""
+        return self.generate_many([list(input_ids)], max_new_tokens=max_new_tokens,
+                                  temperature=temperature, top_p=top_p, seeds=[seed],
+                                  stop_token_ids=stop_token_ids, on_step=on_step)[0]
+
+    def generate_many(self, prompts: list[list[int]], *, max_new_tokens: int,
+                      temperature: float = 0.0, top_p: float = 1.0,
+                      seeds: list[int | None] | None = None,
+                      stop_token_ids: set[int] | None = None,
+                      on_step: Callable[[list[int], int | None], None] | None = None,
+                      on_done: Callable[[int, GenerationResult], None] | None = None
+                      ) -> list[GenerationResult]:
+        """Decode every prompt, `batch_size` at a time (a finished row takes the next
+        prompt). seeds[i]: prompt i's sampling generator seed (as SpecEngine's `seed`).
+        on_step: only with batch size 1. on_done(i, result) as each prompt finishes."""
+        import torch
+
+        from eagle3lab.errors import UserError
+
+        if temperature > 0 and self.drafter is not None and self.topk > 1:
+            raise UserError("Tree drafting (topk > 1) is verified greedily only; use topk 1 "
+                            "(chain) for temperature > 0.")
+        if on_step is not None and self.batch_size > 1:
+            raise UserError("on_step streams one request: use batch size 1.")
+        if not prompts:
+            return []
+        stops = self.stop_token_ids if stop_token_ids is None else set(stop_token_ids)
+        seeds = list(seeds) if seeds is not None else [None] * len(prompts)
+        # a step may be in flight for a row the host has not yet seen finish: twice the span
+        margin = 2 * (self.draft_tokens + (self.w_draft if self.drafter is not None else 0)) + 2
+        self._ensure(max(len(p) for p in prompts) + max_new_tokens + margin)
+        B = self.batch_size
+        rows: list[_Row | None] = [None] * B
+        results: list[GenerationResult | None] = [None] * len(prompts)
+        queue = list(range(len(prompts)))
+        queue.reverse()
+        sample = dict(temperature=temperature, top_p=top_p)
+        n_steps = 0
+        t_start = time.perf_counter()
+        prefill_s = 0.0
+        # device-side state of the drafter per row: its last logits (for sampling), its
+        # last output state, and its greedy next token
+        # greedy plain and greedy chains keep their whole state on the device: one graph
+        # per verify (+ acceptance), one per drafting (catch-up + the next chain)
+        fast = temperature <= 0 and (self.drafter is None or self.topk == 1)
+        self._L = torch.zeros(B, dtype=torch.long, device=self.device)
+        self._x = torch.zeros(B, dtype=torch.long, device=self.device)
+        self._live = torch.zeros(B, dtype=torch.long, device=self.device)
+        self._rb = torch.arange(B, device=self.device)
+        if self.drafter is not None:
+            self._drafts = torch.zeros(B, self.steps, dtype=torch.long, device=self.device)
+            self._dl = torch.zeros(B, self.drafter.draft_vocab_size, device=self.device,
+                                   dtype=self.drafter.dtype)
+            self._dh = torch.zeros(B, self.drafter.hidden_size, device=self.device,
+                                   dtype=self.drafter.dtype)
+            self._dtok = torch.zeros(B, dtype=torch.long, device=self.device)
+
+        def finish(b: int) -> None:
+            r = rows[b]
+            if r.out and r.out[-1] in r.stops:
+                r.finish = "stop"
+            if self.drafter is None:  # PlainEngine's counts: one "verify" per token
+                r.verify_ct, r.hist, r.verify_s = len(r.out), [len(r.out)], r.decode_s
+            res = GenerationResult(
+                output_ids=r.out, finish_reason=r.finish, verify_ct=r.verify_ct,
+                accept_histogram=r.hist, num_draft_tokens=self.num_draft_tokens,
+                prefill_s=r.prefill_s, decode_s=r.decode_s, verify_s=r.verify_s,
+                draft_s=r.draft_s)
+            results[r.req] = res
+            rows[b] = None
+            self._live[b] = 0
+            self._L[b] = 0  # an idle row computes at the start of its buffer, never past it
+            if on_done is not None:
+                on_done(r.req, res)
+
+        def fill() -> None:
+            nonlocal prefill_s
+            for b in range(B):
+                while rows[b] is None and queue:
+                    i = queue.pop()
+                    gen = (torch.Generator().manual_seed(seeds[i]) if seeds[i] is not None
+                           else None)
+                    r = _Row(i, list(prompts[i]), gen, stops)
+                    r.hist = [0] * (self.steps + 1)  # acc <= S (tree: depth <= S)
+                    rows[b] = r
+                    t0 = time.perf_counter()
+                    self._prefill(b, r, sample)
+                    self._L[b], self._x[b], self._live[b] = r.L, r.x, 1
+                    if fast and self.drafter is not None:
+                        self._first_drafts(b, r.L)
+                    self._sync()
+                    r.prefill_s = time.perf_counter() - t0
+                    prefill_s += r.prefill_s
+                    r.t_decode = time.perf_counter()
+                    if on_step is not None:
+                        on_step([r.x], None)
+                    if r.x in stops or len(r.out) >= max_new_tokens:
+                        r.decode_s = 0.0
+                        finish(b)
+
+        def retire() -> None:
+            now = time.perf_counter()
+            for b, r in enumerate(rows):
+                if r is not None and r.done:
+                    r.decode_s = now - r.t_decode
+                    finish(b)
+
+        with torch.inference_mode():
+            fill()
+            if fast:
+                # pipelined: step t is enqueued before the host accounts step t-1, so the
+                # device never waits for the host's bookkeeping
+                width = self.steps + 2 if self.drafter is not None else 1
+                self._res_host = [torch.zeros(B, width, dtype=torch.long,
+                                              pin_memory=self.device.type == "cuda")
+                                  for _ in range(2)]
+                pending = None
+                slot = 0
+                while True:
+                    active = any(r is not None and not r.done for r in rows)
+                    launched = self._launch_fast(rows, slot) if active else None
+                    slot ^= 1
+                    if pending is not None:
+                        self._apply_fast(pending, rows, max_new_tokens, on_step)
+                        n_steps += 1
+                        retire()
+                        fill()
+                    elif launched is None:
+                        break
+                    pending = launched
+                self._sync()
+            while any(r is not None for r in rows):
+                if self.drafter is None:
+                    self._plain_step(rows, sample, max_new_tokens, on_step)
+                elif self.topk == 1:
+                    self._chain_step(rows, sample, max_new_tokens, on_step)
+                else:
+                    self._tree_step(rows, max_new_tokens, on_step)
+                n_steps += 1
+                retire()
+                fill()
+        wall = time.perf_counter() - t_start
+        self.last_run = {"prompts": len(prompts), "batch_size": B, "wall_s": wall,
+                         "prefill_s": prefill_s, "steps": n_steps,
+                         "completion_tokens": sum(r.completion_tokens for r in results),
+                         "graphs": len(self.graphs)}
+        return results
+
+    # --- prefill ---------------------------------------------------------------------------
+    def _prefill(self, b: int, r: _Row, sample: dict) -> None:
+        """Row b's prompt through the target (eager: one shape per prompt), its first token,
+        and the drafter's catch-up over the prompt (token p with the features of p-1)."""
+        torch = self._torch
+        dev = self.device
+        n = len(r.ids)
+        ids = torch.tensor([r.ids], device=dev)
+        pos = torch.arange(n, device=dev)[None]
+        zero = torch.zeros(1, dtype=torch.long, device=dev)
+        logits, feats, _ = self.tf(self.kv_t.row(b), ids, pos, zero, pos, self._tri(n)[None],
+                                   kv_len=self._kv_len(n), last_only=True)
+        r.x = sample_token(logits[0, -1].float().cpu(), sample["temperature"], sample["top_p"],
+                           r.gen)
+        r.out.append(r.x)
+        if self.drafter is None:
+            return
+        toks = torch.tensor([r.ids[1:] + [r.x]], device=dev)
+        d_logits, d_out, d_tok = self.df(self.kv_d.row(b), toks, feats, pos + 1, zero, pos,
+                                         self._tri(n)[None], self.hot, kv_len=self._kv_len(n),
+                                         project=True)
+        self._dl[b] = d_logits[0, -1]
+        self._dh[b] = d_out[0, -1]
+        self._dtok[b] = d_tok[0, -1]
+
+    # --- steps ---------------------------------------------------------------------------
+    def _lengths(self, rows):
+        """Per row: L (0 for idle rows), the last token x, and who is in flight."""
+        live = [r is not None and not r.done for r in rows]
+        L = [r.L if live[b] else 0 for b, r in enumerate(rows)]
+        x = [r.x if live[b] else 0 for b, r in enumerate(rows)]
+        return live, L, x
+
+    def _emit(self, r: _Row, emitted: list[int], acc: int | None, max_new: int,
+              on_step) -> None:
+        new: list[int] = []
+        for tok in emitted:
+            new.append(tok)
+            if tok in r.stops or len(r.out) + len(new) >= max_new:
+                r.done = True
+                break
+        r.out.extend(new)
+        if on_step is not None:
+            on_step(new, acc)
+
+    def _verify(self, L, x, drafts, anc, pos_off, write_off):
+        """The target over [x, drafts] per row: returns its (logits, features, argmax)."""
+        torch = self._torch
+        dev = self.device
+        D = self.draft_tokens
+        Lt = torch.tensor(L, device=dev)
+        ids = torch.cat([torch.tensor(x, device=dev)[:, None], drafts], dim=1)
+        kv_len = self._kv_len(max(L) + D)
+        return self.graphs.run(
+            ("verify", D, kv_len), self.tf,
+            {"ids": ids, "pos": Lt[:, None] + pos_off, "start": Lt,
+             "write": Lt[:, None] + write_off, "anc": anc},
+            kv=self.kv_t.data, kv_len=kv_len)
+
+    # --- greedy, device-resident: plain and chains -------------------------------------
+    def _anc_chain(self, k: int):
+        """[1, 1, W] window of draft step k: the k slots from the row's length on."""
+        key = ("chain", k)
+        if key not in self._tril:
+            a = self._torch.zeros(1, 1, self.w_draft, dtype=self._torch.bool,
+                                  device=self.device)
+            a[:, :, :k] = True
+            self._tril[key] = a
+        return self._tril[key]
+
+    def _chain_drafts(self, kv, tok, hid, L, kv_len: int):
+        """S-1 greedy drafter steps after the first draft token `tok` [B] (state `hid`
+        [B, H]) for rows at length L [B]: draft k sits at position L+k, slot L+k-1.
+        Returns the S drafts [B, S] (target ids)."""
+        torch = self._torch
+        toks = [tok]
+        for k in range(1, self.steps):
+            anc = self._anc_chain(k).expand(tok.shape[0], 1, self.w_draft)
+            _, out, nxt = self.df(kv, tok[:, None], hid[:, None], (L + k)[:, None], L,
+                                  (L + k - 1)[:, None], anc, self.hot, kv_len=kv_len)
+            tok, hid = nxt[:, 0], out[:, 0]
+            toks.append(tok)
+        return torch.stack(toks, dim=1)
+
+    def _first_drafts(self, b: int, n: int) -> None:
+        """Row b's first chain after its prefill (eager, that row alone)."""
+        L = self._torch.tensor([n], device=self.device)
+        self._drafts[b] = self._chain_drafts(self.kv_d.row(b), self._dtok[b:b + 1],
+                                             self._dh[b:b + 1], L,
+                                             self._kv_len(n + self.w_draft))[0]
+
+    def _plain_fn(self, x, L, *, kv, kv_len: int):
+        ones = self._torch.ones(x.shape[0], 1, 1, dtype=self._torch.bool, device=x.device)
+        _, _, amax = self.tf(kv, x[:, None], L[:, None], L, L[:, None], ones, kv_len=kv_len)
+        return amax[:, 0]
+
+    def _verify_fn(self, x, drafts, L, *, kv, kv_len: int):
+        """Target over [x, drafts] and greedy acceptance on the device: (accepted [B],
+        emitted [B, S+1]: the accepted drafts, then the bonus, padded with it; features)."""
+        torch = self._torch
+        B, S = drafts.shape
+        ar = torch.arange(S + 1, device=x.device)
+        pos = L[:, None] + ar
+        _, feats, amax = self.tf(kv, torch.cat([x[:, None], drafts], dim=1), pos, L, pos,
+                                 self._tri(S + 1)[None].expand(B, S + 1, S + 1),
+                                 kv_len=kv_len)
+        acc = (drafts == amax[:, :S]).long().cumprod(dim=1).sum(dim=1)
+        bonus = amax.gather(1, acc[:, None])
+        emitted = torch.where(ar[None] < acc[:, None], torch.cat([drafts, bonus], dim=1),
+                              bonus)
+        return acc, emitted, feats
+
+    def _draft_fn(self, emitted, feats, acc, L, *, kv, kv_len: int):
+        """The drafter's catch-up over the emitted tokens (slots L.., positions L+1..),
+        then the next chain from the last accepted entry, at the new length L+acc+1."""
+        torch = self._torch
+        B, n = emitted.shape
+        ar = torch.arange(n, device=L.device)
+        _, d_out, d_tok = self.df(kv, emitted, feats, L[:, None] + 1 + ar, L, L[:, None] + ar,
+                                  self._tri(n)[None].expand(B, n, n), self.hot,
+                                  kv_len=kv_len, project=True)
+        rb = torch.arange(B, device=L.device)
+        return self._chain_drafts(kv, d_tok[rb, acc], d_out[rb, acc], L + acc + 1, kv_len)
+
+    def _mark(self):
+        """A point in the stream: a CUDA event on a GPU, the host clock elsewhere (where
+        every operation has finished when the call returns)."""
+        if self.device.type == "cuda":
+            ev = self._torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def _seconds(self, a, b) -> float:
+        return a.elapsed_time(b) / 1e3 if self.device.type == "cuda" else b - a
+
+    def _launch_fast(self, rows, slot: int) -> dict:
+        """Enqueue one greedy step for every row (plain: one token; chain: verify and
+        acceptance, then the drafter's catch-up and next chain) and the copy of its result
+        to the host; nothing waits. The host learns a row's lengths one step late, so the
+        attention span allows for the step in flight (S+1 tokens)."""
+        torch = self._torch
+        live = [r is not None and not r.done for r in rows]
+        lag = self.draft_tokens
+        longest = max((r.L for b, r in enumerate(rows) if live[b]), default=0) + lag
+        t0 = self._mark()
+        if self.drafter is None:
+            kv_len = self._kv_len(longest + 1)
+            nxt = self.graphs.run(("plain-greedy", kv_len), self._plain_fn,
+                                  {"x": self._x, "L": self._L}, kv=self.kv_t.data,
+                                  kv_len=kv_len)
+            self._x.copy_(nxt)
+            self._L.add_(self._live)
+            res = nxt[:, None]
+        else:
+            D = self.draft_tokens
+            kv_len = self._kv_len(longest + D)
+            acc, emitted, feats = self.graphs.run(
+                ("verify-greedy", kv_len), self._verify_fn,
+                {"x": self._x, "drafts": self._drafts, "L": self._L}, kv=self.kv_t.data,
+                kv_len=kv_len)
+            res = torch.cat([acc[:, None], emitted], dim=1)
+        host = self._res_host[slot][:, :res.shape[1]]
+        host.copy_(res, non_blocking=True)
+        t1 = self._mark()
+        if self.drafter is not None:
+            kv_len = self._kv_len(longest + D + self.w_draft)
+            drafts = self.graphs.run(
+                ("draft-greedy", kv_len), self._draft_fn,
+                {"emitted": emitted, "feats": feats, "acc": acc, "L": self._L},
+                kv=self.kv_d.data, kv_len=kv_len)
+            self._x.copy_(emitted[self._rb, acc])
+            self._L.add_((acc + 1) * self._live)
+            self._drafts.copy_(drafts)
+        t2 = self._mark()
+        return {"rows": list(rows), "live": live, "host": host, "marks": (t0, t1, t2)}
+
+    def _apply_fast(self, step: dict, rows, max_new, on_step) -> None:
+        """Wait for a launched step and account it to the rows it was launched for (a row
+        that finished or was refilled since ignores it)."""
+        t0, t1, t2 = step["marks"]
+        if self.device.type == "cuda":
+            t2.synchronize()
+        verify_s, draft_s = self._seconds(t0, t1), self._seconds(t1, t2)
+        res = step["host"].tolist()
+        live = [step["live"][b] and rows[b] is r and not r.done
+                for b, r in enumerate(step["rows"])]
+        if self.drafter is None:
+            for b, r in enumerate(rows):
+                if live[b]:
+                    r.L += 1
+                    r.x = res[b][0]
+                    self._emit(r, [r.x], None, max_new, on_step)
+            return
+        self._account(rows, live, [x[0] for x in res], [x[1:x[0] + 2] for x in res],
+                      verify_s, draft_s, max_new, on_step)
+
+    def _plain_step(self, rows, sample, max_new, on_step) -> None:
+        torch = self._torch
+        dev = self.device
+        live, L, x = self._lengths(rows)
+        Lt = torch.tensor(L, device=dev)
+        B = len(rows)
+        kv_len = self._kv_len(max(L) + 1)
+        logits, _, amax = self.graphs.run(
+            ("plain", kv_len), self.tf,
+            {"ids": torch.tensor(x, device=dev)[:, None], "pos": Lt[:, None],
+             "start": Lt, "write": Lt[:, None],
+             "anc": torch.ones(B, 1, 1, dtype=torch.bool, device=dev)},
+            kv=self.kv_t.data, kv_len=kv_len)
+        if sample["temperature"] > 0:
+            rows_logits = logits[:, 0].cpu()
+            nxt = [sample_token(rows_logits[b], sample["temperature"], sample["top_p"],
+                                r.gen) if live[b] else 0 for b, r in enumerate(rows)]
+        else:
+            nxt = amax[:, 0].tolist()
+        for b, r in enumerate(rows):
+            if not live[b]:
+                continue
+            r.L += 1
+            r.x = nxt[b]
+            self._emit(r, [nxt[b]], None, max_new, on_step)
+
+    def _catch_up(self, L, emitted_rows, feats, acc):
+        """The drafter's step-0 entries for each row's emitted tokens (S+1 slots per row,
+        padded; only the first acc+1 count), then its state at the last real entry."""
+        torch = self._torch
+        dev = self.device
+        B, n = len(L), self.steps + 1
+        toks = torch.tensor([e + [e[-1]] * (n - len(e)) for e in emitted_rows], device=dev)
+        Lt = torch.tensor(L, device=dev)
+        ar = torch.arange(n, device=dev)
+        kv_len = self._kv_len(max(L) + n)
+        anc = self._tri(n)[None].expand(B, n, n)
+        d_logits, d_out, d_tok = self.graphs.run(
+            ("catchup", n, kv_len), self.df,
+            {"ids": toks, "hidden": feats, "pos": Lt[:, None] + 1 + ar, "start": Lt,
+             "write": Lt[:, None] + ar, "anc": anc},
+            kv=self.kv_d.data, hot=self.hot, kv_len=kv_len, project=True)
+        at = torch.tensor(acc, device=dev)
+        rb = torch.arange(B, device=dev)
+        self._dl.copy_(d_logits[rb, at])
+        self._dh.copy_(d_out[rb, at])
+        self._dtok.copy_(d_tok[rb, at])
+
+    def _draft_step(self, L: list[int], Lt, toks, hidden, k: int, anc):
+        """One drafter forward over q entries per row at draft depth k: position L+k,
+        slots L+(k-1)q .. L+kq-1 (Lt: L on the device)."""
+        torch = self._torch
+        dev = self.device
+        q = toks.shape[1]
+        kv_len = self._kv_len(max(L) + self.w_draft)
+        return self.graphs.run(
+            ("draft", q, kv_len), self.df,
+            {"ids": toks, "hidden": hidden, "pos": Lt[:, None] + k, "start": Lt,
+             "write": Lt[:, None] + (k - 1) * q + torch.arange(q, device=dev), "anc": anc},
+            kv=self.kv_d.data, hot=self.hot, kv_len=kv_len)
+
+    def _chain_step(self, rows, sample, max_new, on_step) -> None:
+        """One chain step with rejection sampling (temperature > 0; greedy chains take the
+        device-resident path): the draws on the host, per row, in SpecEngine's order."""
+        torch = self._torch
+        dev = self.device
+        S, D, T = self.steps, self.draft_tokens, sample["temperature"]
+        live, L, x = self._lengths(rows)
+        B = len(rows)
+        ta = time.perf_counter()
+        Lt = torch.tensor(L, device=dev)
+        # drafting: S tokens per row; the drafter's window slot k-1 holds draft step k
+        qs: list[list] = [[] for _ in range(B)]
+        drafted = []
+        hid, logits_k = self._dh, self._dl
+        for k in range(1, S + 1):
+            q = torch.softmax(logits_k.float() / T, dim=-1)
+            qc = q.cpu()
+            idx = [int(torch.multinomial(qc[b], 1, generator=r.gen)) if live[b] else 0
+                   for b, r in enumerate(rows)]
+            for b in range(B):
+                qs[b].append(q[b])
+            tok = self.hot[torch.tensor(idx, device=dev)]
+            drafted.append(tok)
+            if k < S:
+                anc = self._anc_chain(k).expand(B, 1, self.w_draft)
+                logits_k, out, _ = self._draft_step(L, Lt, tok[:, None], hid[:, None], k, anc)
+                logits_k, hid = logits_k[:, 0], out[:, 0]
+        drafts = torch.stack(drafted, dim=1)
+        self._sync()
+        tb = time.perf_counter()
+        ar = torch.arange(D, device=dev)
+        logits, feats, _ = self._verify(L, x, drafts, self._tri(D)[None].expand(B, D, D), ar,
+                                        ar)
+        drafted_host = drafts.tolist()
+        accs, emitted_rows = [], []
+        for b, r in enumerate(rows):
+            if not live[b]:
+                accs.append(0)
+                emitted_rows.append([0])
+                continue
+            acc, bonus = accept_sampled(drafted_host[b], qs[b], logits[b], T, sample["top_p"],
+                                        self.hot, r.gen)
+            accs.append(acc)
+            emitted_rows.append(drafted_host[b][:acc] + [bonus])
+        tc = time.perf_counter()
+        self._catch_up(L, emitted_rows, feats, accs)
+        self._sync()
+        td = time.perf_counter()
+        self._account(rows, live, accs, emitted_rows, tc - tb, (tb - ta) + (td - tc), max_new,
+                      on_step)
+
+    def _account(self, rows, live, accs, emitted_rows, verify_s: float, draft_s: float,
+                 max_new: int, on_step) -> None:
+        """One verify step's counts, times and tokens into each row it ran for."""
+        for b, r in enumerate(rows):
+            if not live[b]:
+                continue
+            acc = accs[b]
+            r.verify_ct += 1
+            r.hist[acc] += 1
+            r.verify_s += verify_s
+            r.draft_s += draft_s
+            self._emit(r, emitted_rows[b], acc, max_new, on_step)
+            r.L += acc + 1
+            r.x = emitted_rows[b][-1]
+
+    def _tree_step(self, rows, max_new, on_step) -> None:
+        torch = self._torch
+        dev = self.device
+        K, S, D = self.topk, self.steps, self.draft_tokens
+        live, L, x = self._lengths(rows)
+        B = len(rows)
+        ta = time.perf_counter()
+        Lt = torch.tensor(L, device=dev)
+        W = self.w_draft
+        # root: K children per row
+        top = torch.topk(torch.log_softmax(self._dl.float(), dim=-1), K)
+        vals, idxs = top.values.tolist(), top.indices.tolist()
+        nodes: list[list[dict]] = [[] for _ in range(B)]
+        frontier: list[list[int]] = [[] for _ in range(B)]
+        for b in range(B):
+            for s, i in zip(vals[b], idxs[b]):
+                nodes[b].append({"token": int(self.hot_cpu[i]), "parent": -1, "depth": 1,
+                                 "score": s, "entry": None, "src": -1})
+                frontier[b].append(len(nodes[b]) - 1)
+        hid = self._dh[:, None].expand(B, K, self._dh.shape[-1])
+        outs = hid
+        for depth in range(1, S):
+            anc = torch.zeros(B, K, W, dtype=torch.bool)
+            for b in range(B):
+                for r_, ni in enumerate(frontier[b]):
+                    nodes[b][ni]["entry"] = (depth - 1) * K + r_
+                    a = ni
+                    while a != -1:
+                        if nodes[b][a]["entry"] is not None:
+                            anc[b, r_, nodes[b][a]["entry"]] = True
+                        a = nodes[b][a]["parent"]
+            toks = torch.tensor([[nodes[b][ni]["token"] for ni in frontier[b]]
+                                 for b in range(B)], device=dev)
+            if depth > 1:
+                src = torch.tensor([[nodes[b][ni]["src"] for ni in frontier[b]]
+                                    for b in range(B)], device=dev)
+                hid = torch.gather(outs, 1, src[:, :, None].expand(B, K, outs.shape[-1]))
+            logits, outs, _ = self._draft_step(L, Lt, toks, hid, depth, anc.to(dev))
+            outs = outs.clone()
+            top = torch.topk(torch.log_softmax(logits.float(), dim=-1), K)
+            vals, idxs = top.values.tolist(), top.indices.tolist()
+            for b in range(B):
+                cand = []
+                for r_, ni in enumerate(frontier[b]):
+                    for s, i in zip(vals[b][r_], idxs[b][r_]):
+                        cand.append((nodes[b][ni]["score"] + s, ni, i, r_))
+                cand.sort(key=lambda c: -c[0])
+                frontier[b] = []
+                for s, parent, i, r_ in cand[:K]:
+                    nodes[b].append({"token": int(self.hot_cpu[i]), "parent": parent,
+                                     "depth": depth + 1, "score": s, "entry": None,
+                                     "src": r_})
+                    frontier[b].append(len(nodes[b]) - 1)
+        trees = []
+        anc = torch.zeros(B, D, D, dtype=torch.bool)
+        pos_off = torch.zeros(B, D, dtype=torch.long)
+        for b in range(B):
+            chosen, parents = select_tree(nodes[b], D - 1)
+            tokens = [nodes[b][ni]["token"] for ni in chosen]
+            depths = [nodes[b][ni]["depth"] for ni in chosen]
+            trees.append((tokens, parents))
+            pos_off[b, 1:] = torch.tensor(depths)
+            for r_ in range(D):
+                a = r_
+                while True:
+                    anc[b, r_, a] = True
+                    if a == 0:
+                        break
+                    a = parents[a]
+        drafts = torch.tensor([t for t, _ in trees], device=dev)
+        self._sync()
+        tb = time.perf_counter()
+        logits, feats, amax = self._verify(L, x, drafts, anc.to(dev), pos_off.to(dev),
+                                           torch.arange(D, device=dev))
+        t_next = amax.tolist()
+        n = S + 1
+        paths, accs, emitted_rows = [], [], []
+        for b, r in enumerate(rows):
+            if not live[b]:
+                paths.append([0])
+                accs.append(0)
+                emitted_rows.append([0])
+                continue
+            tokens, parents = trees[b]
+            path, bonus = walk_tree(tokens, parents, t_next[b])
+            paths.append(path)
+            accs.append(len(path) - 1)
+            emitted_rows.append([tokens[i - 1] for i in path[1:]] + [bonus])
+        # the accepted path's keys/values move to the slots right after the context
+        padded = [p + list(range(len(p), n)) for p in paths]
+        idx = torch.tensor(padded, device=dev)
+        Lc = torch.tensor(L, device=dev)[:, None]
+        self.kv_t.move(Lc + idx.clamp(max=D - 1), Lc + torch.arange(n, device=dev))
+        tc = time.perf_counter()
+        path_feats = torch.gather(feats, 1, idx.clamp(max=D - 1)[:, :, None].expand(
+            B, n, feats.shape[-1]))
+        self._catch_up(L, emitted_rows, path_feats, accs)
+        self._sync()
+        td = time.perf_counter()
+        self._account(rows, live, accs, emitted_rows, tc - tb, (tb - ta) + (td - tc), max_new,
+                      on_step)
+

@@ -1,0 +1,151 @@
+"""The static-cache, batched engine decodes exactly as the eager engine: same outputs, same
+accept histograms, per request, at batch 1 and with ragged rows in a batch (chain and tree,
+greedy and rejection sampling, plain), on a CPU in fp32 (where its forwards run eagerly);
+on a GPU the same with CUDA graphs (the device tool runs those tests)."""
+
+import pytest
+import torch
+
+from eagle3lab.errors import UserError
+from eagle3lab.formats.demo import make_speculators_draft
+from eagle3lab.specdec.accept import Arm, measure_acceptance, prompt_ids
+from eagle3lab.specdec.batched import BatchedEngine
+from eagle3lab.specdec.load import load_engine, resolve_engine
+from eagle3lab.specdec.staticmodel import StaticKV, unsupported_reason, window_mask
+from eagle3lab.workdir import default_drafter
+
+CASES = [(3, 1, None, 0.0), (2, 3, 6, 0.0), (3, 1, None, 0.9)]  # steps, topk, D, temperature
+
+
+def _prompts(target, n):
+    return [ids for _, ids in prompt_ids(target.tokenizer, "eval", n, 1000)]
+
+
+def _same(old, new):
+    assert [r.output_ids for r in new] == [r.output_ids for r in old]
+    assert [r.accept_histogram for r in new] == [r.accept_histogram for r in old]
+    assert [r.verify_ct for r in new] == [r.verify_ct for r in old]
+    assert [r.finish_reason for r in new] == [r.finish_reason for r in old]
+
+
+def test_window_mask_context_window_and_beyond():
+    start = torch.tensor([2, 0])
+    anc = torch.tensor([[[1, 0, 0], [1, 1, 0]], [[1, 0, 0], [0, 1, 1]]], dtype=torch.bool)
+    m = window_mask(start, anc, kv_len=6)[:, 0].int().tolist()
+    # row 0: context slots 0-1, window slots 2-4; row 1: no context, window 0-2
+    assert m[0] == [[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0]]
+    assert m[1] == [[1, 0, 0, 0, 0, 0], [0, 1, 1, 0, 0, 0]]
+
+
+def test_static_kv_move_keeps_the_accepted_path_per_row():
+    kv = StaticKV(layers=2, batch=2, kv_heads=1, max_len=8, head_dim=1, dtype=torch.float32,
+                  device="cpu")
+    kv.data[..., 0] = torch.arange(8, dtype=torch.float32)
+    kv.move(torch.tensor([[3, 5, 6], [1, 2, 3]]), torch.tensor([[3, 4, 5], [1, 2, 3]]))
+    assert kv.data[1, 1, 0, 0, :, 0].tolist() == [0, 1, 2, 3, 5, 6, 6, 7]
+    assert kv.data[0, 0, 1, 0, :, 0].tolist() == list(range(8))
+
+
+@pytest.mark.parametrize("steps,topk,draft_tokens,temperature", CASES)
+def test_equals_eager_engine_tiny(tiny_target, tiny_draft, steps, topk, draft_tokens,
+                                  temperature):
+    eager = load_engine(target=tiny_target, draft=tiny_draft, steps=steps, topk=topk,
+                        draft_tokens=draft_tokens)
+    prompts = _prompts(tiny_target, 5)
+    old = [eager.generate(p, max_new_tokens=12, temperature=temperature, seed=7 + i)
+           for i, p in enumerate(prompts)]
+    for batch in (1, 3):
+        eng = load_engine(target=tiny_target, draft=tiny_draft, steps=steps, topk=topk,
+                          draft_tokens=draft_tokens, engine="static", batch_size=batch)
+        assert isinstance(eng, BatchedEngine) and eng.num_draft_tokens == eager.num_draft_tokens
+        new = eng.generate_many(prompts, max_new_tokens=12, temperature=temperature,
+                                seeds=[7 + i for i in range(len(prompts))])
+        _same(old, new)
+        assert eng.last_run["prompts"] == 5 and eng.last_run["batch_size"] == batch
+
+
+def test_plain_and_last_layer_features_equal_eager(tiny_target, tiny_draft):
+    prompts = _prompts(tiny_target, 3)
+    plain = load_engine(target=tiny_target)
+    old = [plain.generate(p, max_new_tokens=10) for p in prompts]
+    new = load_engine(target=tiny_target, engine="static", batch_size=2).generate_many(
+        prompts, max_new_tokens=10)
+    _same(old, new)
+    eager = load_engine(target=tiny_target, draft=tiny_draft, features="last_layer")
+    old = [eager.generate(p, max_new_tokens=10) for p in prompts]
+    new = load_engine(target=tiny_target, draft=tiny_draft, features="last_layer",
+                      engine="static", batch_size=2).generate_many(prompts, max_new_tokens=10)
+    _same(old, new)
+
+
+@pytest.mark.real
+def test_shipped_drafter_on_the_real_target_equals_eager(real_target):
+    """High acceptance (tau ~2): multi-token acceptance, ragged rows, refills, stops."""
+    draft = default_drafter("smollm2-135m-instruct")
+    prompts = _prompts(real_target, 3)
+    for steps, topk, d in [(3, 1, None), (3, 3, 6)]:
+        eager = load_engine(target=real_target, draft=draft, steps=steps, topk=topk,
+                            draft_tokens=d)
+        old = [eager.generate(p, max_new_tokens=20) for p in prompts]
+        eng = load_engine(target=real_target, draft=draft, steps=steps, topk=topk,
+                          draft_tokens=d, engine="static", batch_size=2)
+        new = eng.generate_many(prompts, max_new_tokens=20)
+        _same(old, new)
+        assert sum(r.accept_length for r in new) / len(new) > 1.5
+
+
+def test_measure_acceptance_static_batched_counts_equal_eager(tiny_target, tiny_draft):
+    kw = dict(target=tiny_target, arms=[Arm("a", str(tiny_draft))], limit=4,
+              max_new_tokens=8, steps=2, progress=False)
+    eager = measure_acceptance(**kw)
+    batched = measure_acceptance(**kw, engine="static", batch_size=3)
+    for key in ("completion_tokens", "verify_ct", "accept_histogram", "tau"):
+        assert batched["arms"][0]["stats"][key] == eager["arms"][0]["stats"][key]
+    assert batched["arms"][0]["matches_plain"] == eager["arms"][0]["matches_plain"]
+    assert batched["settings"]["engine"] == "static"
+    runs = {r["name"]: r for r in batched["batch"]["runs"]}
+    assert runs["plain"]["prompts"] == runs["a"]["prompts"] == 4
+    assert runs["a"]["completion_tokens"] == eager["arms"][0]["stats"]["completion_tokens"]
+    assert runs["a"]["tokens_per_s"] > 0 and runs["plain"]["speedup"] == 1.0
+    with pytest.raises(UserError, match="static engine"):
+        measure_acceptance(**kw, engine="eager", batch_size=2)
+    with pytest.raises(UserError, match="engine"):
+        measure_acceptance(**kw, engine="fast")
+
+
+def test_engine_choice_and_refusals(tiny_target, tiny_draft):
+    assert resolve_engine("auto", tiny_target) == "eager"  # CPU: the pinned path
+    assert unsupported_reason(tiny_target.model.config) is None
+    eng = load_engine(target=tiny_target, draft=tiny_draft, topk=2, steps=2,
+                      engine="static")
+    with pytest.raises(UserError, match="greedily"):
+        eng.generate([1, 2, 3], max_new_tokens=4, temperature=0.5)
+    with pytest.raises(UserError, match="batch size"):
+        BatchedEngine(tiny_target, None, batch_size=0)
+    cfg = type(tiny_target.model.config)(**{**tiny_target.model.config.to_dict(),
+                                            "model_type": "gemma"})
+    cfg.model_type = "gemma"
+    assert "not one the static engine" in unsupported_reason(cfg)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (device tool)")
+def test_cuda_graphs_equal_eager_on_gpu(tiny_target_dir, tmp_path):
+    """On a GPU in fp32: captured steps give the eager engine's outputs and counts."""
+    from eagle3lab.target.adapter import load_target
+
+    tgt = load_target(str(tiny_target_dir), device="cuda")
+    draft = make_speculators_draft(tmp_path / "d", target=tiny_target_dir, draft_vocab=512)
+    prompts = _prompts(tgt, 6)
+    for steps, topk, d, temp in CASES:
+        eager = load_engine(target=tgt, draft=draft, steps=steps, topk=topk, draft_tokens=d,
+                            engine="eager")
+        old = [eager.generate(p, max_new_tokens=16, temperature=temp, seed=i)
+               for i, p in enumerate(prompts)]
+        for batch in (1, 4):
+            eng = load_engine(target=tgt, draft=draft, steps=steps, topk=topk, draft_tokens=d,
+                              engine="auto", batch_size=batch)
+            assert eng.graphs.enabled
+            new = eng.generate_many(prompts, max_new_tokens=16, temperature=temp,
+                                    seeds=list(range(len(prompts))))
+            assert len(eng.graphs) > 0
+            _same(old, new)

@@ -12,12 +12,13 @@ follows their algorithm step for step (the same drafting, tree selection, accept
 rule, per-request sampling generator and draw order), so on a CPU in fp32 its outputs
 and acceptance counts equal theirs (tests check it); `generate` has their signature.
 
-Greedy plain decoding and greedy chains (the speed-critical cases) keep their whole state
-on the device: one captured step per verify (with the acceptance rule) and one per
-drafting (the catch-up, then the next chain), pipelined so that step t is enqueued
-before the host accounts step t-1 (the device never waits for the host's bookkeeping; a
-row's first chain is drafted with its prefill). Tree drafting and sampling take the
-general path, which returns to the host between phases.
+Greedy decoding (plain, chains and trees: the speed-critical cases) keeps its whole state
+on the device: one captured step per verify (with the acceptance rule, and for trees the
+walk and the move of the accepted path's keys/values) and one per drafting (the
+catch-up, then the next chain or tree, tree selection included), pipelined so that step
+t is enqueued before the host accounts step t-1 (the device never waits for the host's
+bookkeeping; a row's first chain or tree is drafted with its prefill). Rejection sampling
+(chains, temperature > 0) draws on the host, per request, in SpecEngine's order.
 
 Timing: a request's decode_s runs from the end of its prefill to its last token; at batch
 size B it includes the other rows' work (a batch-B figure); verify_s/draft_s are the
@@ -32,12 +33,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from eagle3lab.specdec.engine import (accept_sampled, check_features,
-                                      resolve_draft_shape, select_tree, walk_tree)
+from eagle3lab.specdec.engine import accept_sampled, check_features, resolve_draft_shape
 from eagle3lab.specdec.plain import sample_token
 from eagle3lab.specdec.result import GenerationResult
-from eagle3lab.specdec.staticmodel import (DrafterForward, Graphs, TargetForward, round_up,
-                                           unsupported_reason)
+from eagle3lab.specdec.staticmodel import (DrafterForward, Graphs, TargetForward, move_slots,
+                                           round_up, unsupported_reason)
 
 #: kv_len buckets: attention reads the cache up to the next multiple of this.
 KV_BUCKET = 128
@@ -104,7 +104,6 @@ class BatchedEngine:
 
         if drafter is not None:
             self.hot = drafter.hot_ids.to(self.device)
-            self.hot_cpu = self.hot.cpu()
             # the drafter cache's window: chain drafts / catch-up (S+1) or tree entries
             self.w_draft = max(steps + 1, topk * max(steps - 1, 1))
         self._tril: dict[Any, Any] = {}  # masks built once: tril(n), chain windows
@@ -192,13 +191,19 @@ class BatchedEngine:
         # last output state, and its greedy next token
         # greedy plain and greedy chains keep their whole state on the device: one graph
         # per verify (+ acceptance), one per drafting (catch-up + the next chain)
-        fast = temperature <= 0 and (self.drafter is None or self.topk == 1)
+        fast = temperature <= 0
         self._L = torch.zeros(B, dtype=torch.long, device=self.device)
         self._x = torch.zeros(B, dtype=torch.long, device=self.device)
         self._live = torch.zeros(B, dtype=torch.long, device=self.device)
         self._rb = torch.arange(B, device=self.device)
         if self.drafter is not None:
             self._drafts = torch.zeros(B, self.steps, dtype=torch.long, device=self.device)
+            D = self.draft_tokens
+            # a greedy tree between steps: verify tokens, position offsets, ancestry, parents
+            self._tree = {"tok": torch.zeros(B, D - 1, dtype=torch.long, device=self.device),
+                          "off": torch.zeros(B, D, dtype=torch.long, device=self.device),
+                          "anc": torch.zeros(B, D, D, dtype=torch.bool, device=self.device),
+                          "par": torch.zeros(B, D, dtype=torch.long, device=self.device)}
             self._dl = torch.zeros(B, self.drafter.draft_vocab_size, device=self.device,
                                    dtype=self.drafter.dtype)
             self._dh = torch.zeros(B, self.drafter.hidden_size, device=self.device,
@@ -237,7 +242,7 @@ class BatchedEngine:
                     self._prefill(b, r, sample)
                     self._L[b], self._x[b], self._live[b] = r.L, r.x, 1
                     if fast and self.drafter is not None:
-                        self._first_drafts(b, r.L)
+                        self._first_drafts(b, r.L)  # its first chain or tree
                     self._sync()
                     r.prefill_s = time.perf_counter() - t0
                     prefill_s += r.prefill_s
@@ -282,10 +287,8 @@ class BatchedEngine:
             while any(r is not None for r in rows):
                 if self.drafter is None:
                     self._plain_step(rows, sample, max_new_tokens, on_step)
-                elif self.topk == 1:
+                else:  # sampling: chains only (refused above for trees)
                     self._chain_step(rows, sample, max_new_tokens, on_step)
-                else:
-                    self._tree_step(rows, max_new_tokens, on_step)
                 n_steps += 1
                 retire()
                 fill()
@@ -381,11 +384,118 @@ class BatchedEngine:
         return torch.stack(toks, dim=1)
 
     def _first_drafts(self, b: int, n: int) -> None:
-        """Row b's first chain after its prefill (eager, that row alone)."""
+        """Row b's first chain or tree after its prefill (eager, that row alone)."""
         L = self._torch.tensor([n], device=self.device)
-        self._drafts[b] = self._chain_drafts(self.kv_d.row(b), self._dtok[b:b + 1],
-                                             self._dh[b:b + 1], L,
-                                             self._kv_len(n + self.w_draft))[0]
+        kv_len = self._kv_len(n + self.w_draft)
+        if self.topk == 1:
+            self._drafts[b] = self._chain_drafts(self.kv_d.row(b), self._dtok[b:b + 1],
+                                                 self._dh[b:b + 1], L, kv_len)[0]
+            return
+        tree = self._tree_drafts(self.kv_d.row(b), self._dl[b:b + 1], self._dh[b:b + 1], L,
+                                 kv_len)
+        for k, v in tree.items():
+            self._tree[k][b] = v[0]
+
+    def _tree_drafts(self, kv, d_logits, d_hidden, L, kv_len: int) -> dict:
+        """SpecEngine's tree drafting and selection on the device, for rows at length L:
+        K children of the root, then per depth the K best of the frontier's K*K children
+        (a stable sort: ties keep SpecEngine's candidate order); the D-1 best nodes by
+        score (a stable sort over nodes made depth by depth, so the set is ancestor-closed
+        as SpecEngine's is), in verify order (depth, then creation). Returns the verify
+        tokens [B, D-1], position offsets [B, D], ancestry [B, D, D] (self included) and
+        parents [B, D] (verify indices; the root is 0)."""
+        torch = self._torch
+        K, S, D, W = self.topk, self.steps, self.draft_tokens, self.w_draft
+        B, dev = d_logits.shape[0], d_logits.device
+        top = torch.topk(torch.log_softmax(d_logits.float(), dim=-1), K)
+        scores, tokens = [top.values], [self.hot[top.indices]]
+        parents = [torch.full((B, K), -1, dtype=torch.long, device=dev)]
+        depths = [torch.ones(B, K, dtype=torch.long, device=dev)]
+        rows = torch.zeros(B, K, W, dtype=torch.bool, device=dev)  # frontier's window rows
+        hid = d_hidden[:, None].expand(B, K, d_hidden.shape[-1])
+        ar = torch.arange(K, device=dev)
+        for t in range(1, S):  # the frontier (depth t) gets its entries at t-1 .. in the window
+            rows = rows.clone()
+            rows[:, ar, (t - 1) * K + ar] = True  # each frontier node's own entry
+            frontier = (t - 1) * K + ar  # node indices of the frontier
+            logits, outs, _ = self.df(kv, tokens[-1], hid, (L + t)[:, None].expand(B, K), L,
+                                      (L + (t - 1) * K)[:, None] + ar, rows, self.hot,
+                                      kv_len=kv_len)
+            top = torch.topk(torch.log_softmax(logits.float(), dim=-1), K)
+            cand = (scores[-1][:, :, None] + top.values).reshape(B, K * K)
+            order = torch.sort(cand, dim=1, descending=True, stable=True).indices[:, :K]
+            src = order // K  # the parent's place in the frontier
+            scores.append(cand.gather(1, order))
+            tokens.append(self.hot[top.indices.reshape(B, K * K).gather(1, order)])
+            parents.append(frontier[src])
+            depths.append(torch.full((B, K), t + 1, dtype=torch.long, device=dev))
+            hid = outs.gather(1, src[:, :, None].expand(B, K, outs.shape[-1]))
+            rows = rows.gather(1, src[:, :, None].expand(B, K, W))
+        score, token = torch.cat(scores, dim=1), torch.cat(tokens, dim=1)
+        parent, depth = torch.cat(parents, dim=1), torch.cat(depths, dim=1)
+        n = score.shape[1]
+        chosen = torch.sort(-score, dim=1, stable=True).indices[:, :D - 1]
+        chosen = chosen.gather(1, torch.sort(depth.gather(1, chosen) * n + chosen,
+                                             dim=1).indices)
+        where = torch.zeros(B, n + 1, dtype=torch.long, device=dev)  # node -> verify index
+        where.scatter_(1, chosen, torch.arange(1, D, device=dev).expand(B, D - 1))
+        pnode = parent.gather(1, chosen)
+        par = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=dev),
+                         where.gather(1, torch.where(pnode < 0, n, pnode))], dim=1)
+        anc = torch.eye(D, dtype=torch.bool, device=dev).expand(B, D, D).clone()
+        cur = torch.arange(D, device=dev).expand(B, D)
+        bi = torch.arange(B, device=dev)[:, None].expand(B, D)
+        for _ in range(S):
+            cur = par.gather(1, cur)
+            anc[bi, torch.arange(D, device=dev).expand(B, D), cur] = True
+        off = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=dev),
+                         depth.gather(1, chosen)], dim=1)
+        return {"tok": token.gather(1, chosen), "off": off, "anc": anc, "par": par}
+
+    def _tree_verify_fn(self, x, tok, off, anc, par, L, *, kv, kv_len: int):
+        """Target over the tree, SpecEngine's greedy walk on the device (from the root,
+        the first child whose token is the target's argmax), the accepted path's
+        keys/values moved next to the context: (accepted [B], emitted [B, S+1], the
+        path's features [B, S+1, F])."""
+        torch = self._torch
+        B, D = off.shape
+        S = self.steps
+        dev = x.device
+        ids = torch.cat([x[:, None], tok], dim=1)
+        ar = torch.arange(D, device=dev)
+        _, feats, amax = self.tf(kv, ids, L[:, None] + off, L, L[:, None] + ar, anc,
+                                 kv_len=kv_len)
+        cur = torch.zeros(B, dtype=torch.long, device=dev)
+        going = torch.ones(B, dtype=torch.bool, device=dev)
+        path = [cur]
+        for _ in range(S):
+            want = amax.gather(1, cur[:, None])
+            hit = (par == cur[:, None]) & (ar > 0) & (ids == want)
+            going = going & hit.any(dim=1)
+            cur = torch.where(going, hit.long().argmax(dim=1), cur)
+            path.append(torch.where(going, cur, -1))
+        path = torch.stack(path, dim=1)  # [B, S+1], -1 after the last accepted node
+        acc = (path[:, 1:] >= 0).sum(dim=1)
+        bonus = amax.gather(1, cur[:, None])
+        idx = torch.where(path >= 0, path, torch.arange(S + 1, device=dev)).clamp(max=D - 1)
+        emitted = torch.where(torch.arange(S + 1, device=dev) < acc[:, None],
+                              torch.cat([ids.gather(1, path[:, 1:].clamp(min=0)), bonus],
+                                        dim=1), bonus)
+        move_slots(kv, L[:, None] + idx, L[:, None] + torch.arange(S + 1, device=dev))
+        path_feats = feats.gather(1, idx[:, :, None].expand(B, S + 1, feats.shape[-1]))
+        return acc, emitted, path_feats
+
+    def _tree_draft_fn(self, emitted, feats, acc, L, *, kv, kv_len: int):
+        """The drafter's catch-up over the emitted tokens, then the next tree from the
+        last accepted entry, at the new length L+acc+1."""
+        torch = self._torch
+        B, n = emitted.shape
+        ar = torch.arange(n, device=L.device)
+        d_logits, d_out, _ = self.df(kv, emitted, feats, L[:, None] + 1 + ar, L,
+                                     L[:, None] + ar, self._tri(n)[None].expand(B, n, n),
+                                     self.hot, kv_len=kv_len, project=True)
+        rb = torch.arange(B, device=L.device)
+        return self._tree_drafts(kv, d_logits[rb, acc], d_out[rb, acc], L + acc + 1, kv_len)
 
     def _plain_fn(self, x, L, *, kv, kv_len: int):
         ones = self._torch.ones(x.shape[0], 1, 1, dtype=self._torch.bool, device=x.device)
@@ -450,7 +560,7 @@ class BatchedEngine:
             self._x.copy_(nxt)
             self._L.add_(self._live)
             res = nxt[:, None]
-        else:
+        elif self.topk == 1:
             D = self.draft_tokens
             kv_len = self._kv_len(longest + D)
             acc, emitted, feats = self.graphs.run(
@@ -458,18 +568,30 @@ class BatchedEngine:
                 {"x": self._x, "drafts": self._drafts, "L": self._L}, kv=self.kv_t.data,
                 kv_len=kv_len)
             res = torch.cat([acc[:, None], emitted], dim=1)
+        else:
+            D = self.draft_tokens
+            kv_len = self._kv_len(longest + D)
+            acc, emitted, feats = self.graphs.run(
+                ("tree-verify", kv_len), self._tree_verify_fn,
+                {"x": self._x, "L": self._L, **self._tree}, kv=self.kv_t.data,
+                kv_len=kv_len)
+            res = torch.cat([acc[:, None], emitted], dim=1)
         host = self._res_host[slot][:, :res.shape[1]]
         host.copy_(res, non_blocking=True)
         t1 = self._mark()
         if self.drafter is not None:
-            kv_len = self._kv_len(longest + D + self.w_draft)
-            drafts = self.graphs.run(
-                ("draft-greedy", kv_len), self._draft_fn,
-                {"emitted": emitted, "feats": feats, "acc": acc, "L": self._L},
-                kv=self.kv_d.data, kv_len=kv_len)
+            kv_len = self._kv_len(longest + self.steps + 1 + self.w_draft)
+            inputs = {"emitted": emitted, "feats": feats, "acc": acc, "L": self._L}
+            if self.topk == 1:
+                self._drafts.copy_(self.graphs.run(("draft-greedy", kv_len), self._draft_fn,
+                                                   inputs, kv=self.kv_d.data, kv_len=kv_len))
+            else:
+                tree = self.graphs.run(("tree-draft", kv_len), self._tree_draft_fn, inputs,
+                                       kv=self.kv_d.data, kv_len=kv_len)
+                for k, v in tree.items():
+                    self._tree[k].copy_(v)
             self._x.copy_(emitted[self._rb, acc])
             self._L.add_((acc + 1) * self._live)
-            self._drafts.copy_(drafts)
         t2 = self._mark()
         return {"rows": list(rows), "live": live, "host": host, "marks": (t0, t1, t2)}
 
@@ -619,106 +741,4 @@ class BatchedEngine:
             self._emit(r, emitted_rows[b], acc, max_new, on_step)
             r.L += acc + 1
             r.x = emitted_rows[b][-1]
-
-    def _tree_step(self, rows, max_new, on_step) -> None:
-        torch = self._torch
-        dev = self.device
-        K, S, D = self.topk, self.steps, self.draft_tokens
-        live, L, x = self._lengths(rows)
-        B = len(rows)
-        ta = time.perf_counter()
-        Lt = torch.tensor(L, device=dev)
-        W = self.w_draft
-        # root: K children per row
-        top = torch.topk(torch.log_softmax(self._dl.float(), dim=-1), K)
-        vals, idxs = top.values.tolist(), top.indices.tolist()
-        nodes: list[list[dict]] = [[] for _ in range(B)]
-        frontier: list[list[int]] = [[] for _ in range(B)]
-        for b in range(B):
-            for s, i in zip(vals[b], idxs[b]):
-                nodes[b].append({"token": int(self.hot_cpu[i]), "parent": -1, "depth": 1,
-                                 "score": s, "entry": None, "src": -1})
-                frontier[b].append(len(nodes[b]) - 1)
-        hid = self._dh[:, None].expand(B, K, self._dh.shape[-1])
-        outs = hid
-        for depth in range(1, S):
-            anc = torch.zeros(B, K, W, dtype=torch.bool)
-            for b in range(B):
-                for r_, ni in enumerate(frontier[b]):
-                    nodes[b][ni]["entry"] = (depth - 1) * K + r_
-                    a = ni
-                    while a != -1:
-                        if nodes[b][a]["entry"] is not None:
-                            anc[b, r_, nodes[b][a]["entry"]] = True
-                        a = nodes[b][a]["parent"]
-            toks = torch.tensor([[nodes[b][ni]["token"] for ni in frontier[b]]
-                                 for b in range(B)], device=dev)
-            if depth > 1:
-                src = torch.tensor([[nodes[b][ni]["src"] for ni in frontier[b]]
-                                    for b in range(B)], device=dev)
-                hid = torch.gather(outs, 1, src[:, :, None].expand(B, K, outs.shape[-1]))
-            logits, outs, _ = self._draft_step(L, Lt, toks, hid, depth, anc.to(dev))
-            outs = outs.clone()
-            top = torch.topk(torch.log_softmax(logits.float(), dim=-1), K)
-            vals, idxs = top.values.tolist(), top.indices.tolist()
-            for b in range(B):
-                cand = []
-                for r_, ni in enumerate(frontier[b]):
-                    for s, i in zip(vals[b][r_], idxs[b][r_]):
-                        cand.append((nodes[b][ni]["score"] + s, ni, i, r_))
-                cand.sort(key=lambda c: -c[0])
-                frontier[b] = []
-                for s, parent, i, r_ in cand[:K]:
-                    nodes[b].append({"token": int(self.hot_cpu[i]), "parent": parent,
-                                     "depth": depth + 1, "score": s, "entry": None,
-                                     "src": r_})
-                    frontier[b].append(len(nodes[b]) - 1)
-        trees = []
-        anc = torch.zeros(B, D, D, dtype=torch.bool)
-        pos_off = torch.zeros(B, D, dtype=torch.long)
-        for b in range(B):
-            chosen, parents = select_tree(nodes[b], D - 1)
-            tokens = [nodes[b][ni]["token"] for ni in chosen]
-            depths = [nodes[b][ni]["depth"] for ni in chosen]
-            trees.append((tokens, parents))
-            pos_off[b, 1:] = torch.tensor(depths)
-            for r_ in range(D):
-                a = r_
-                while True:
-                    anc[b, r_, a] = True
-                    if a == 0:
-                        break
-                    a = parents[a]
-        drafts = torch.tensor([t for t, _ in trees], device=dev)
-        self._sync()
-        tb = time.perf_counter()
-        logits, feats, amax = self._verify(L, x, drafts, anc.to(dev), pos_off.to(dev),
-                                           torch.arange(D, device=dev))
-        t_next = amax.tolist()
-        n = S + 1
-        paths, accs, emitted_rows = [], [], []
-        for b, r in enumerate(rows):
-            if not live[b]:
-                paths.append([0])
-                accs.append(0)
-                emitted_rows.append([0])
-                continue
-            tokens, parents = trees[b]
-            path, bonus = walk_tree(tokens, parents, t_next[b])
-            paths.append(path)
-            accs.append(len(path) - 1)
-            emitted_rows.append([tokens[i - 1] for i in path[1:]] + [bonus])
-        # the accepted path's keys/values move to the slots right after the context
-        padded = [p + list(range(len(p), n)) for p in paths]
-        idx = torch.tensor(padded, device=dev)
-        Lc = torch.tensor(L, device=dev)[:, None]
-        self.kv_t.move(Lc + idx.clamp(max=D - 1), Lc + torch.arange(n, device=dev))
-        tc = time.perf_counter()
-        path_feats = torch.gather(feats, 1, idx.clamp(max=D - 1)[:, :, None].expand(
-            B, n, feats.shape[-1]))
-        self._catch_up(L, emitted_rows, path_feats, accs)
-        self._sync()
-        td = time.perf_counter()
-        self._account(rows, live, accs, emitted_rows, tc - tb, (tb - ta) + (td - tc), max_new,
-                      on_step)
 

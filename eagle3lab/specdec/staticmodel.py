@@ -76,13 +76,17 @@ class StaticKV:
         return self.data[:, :, b:b + 1]
 
     def move(self, src, dst) -> None:
-        """Per row, copy slots src[b, i] -> dst[b, i] in every layer (all read first).
-        Keeps a tree's accepted path contiguous after verification."""
-        import torch
+        move_slots(self.data, src, dst)
 
-        ar = torch.arange(src.shape[0], device=src.device)[:, None].expand_as(src)
-        picked = self.data[:, :, ar, :, src]  # [B, m, layers, 2, kv_heads, head_dim]
-        self.data[:, :, ar, :, dst] = picked
+
+def move_slots(data, src, dst) -> None:
+    """Per row of a StaticKV buffer, copy slots src[b, i] -> dst[b, i] in every layer (all
+    read first). Keeps a tree's accepted path contiguous after verification."""
+    import torch
+
+    ar = torch.arange(src.shape[0], device=src.device)[:, None].expand_as(src)
+    picked = data[:, :, ar, :, src]  # [B, m, layers, 2, kv_heads, head_dim]
+    data[:, :, ar, :, dst] = picked
 
 
 def window_mask(start, anc, kv_len: int):

@@ -83,7 +83,7 @@ def test_shipped_drafter_on_the_real_target_equals_eager(real_target):
     """High acceptance (tau ~2): multi-token acceptance, ragged rows, refills, stops."""
     draft = default_drafter("smollm2-135m-instruct")
     prompts = _prompts(real_target, 3)
-    for steps, topk, d in [(3, 1, None), (3, 3, 6)]:
+    for steps, topk, d in [(3, 1, None), (3, 3, 6), (4, 4, 12)]:
         eager = load_engine(target=real_target, draft=draft, steps=steps, topk=topk,
                             draft_tokens=d)
         old = [eager.generate(p, max_new_tokens=20) for p in prompts]

@@ -70,7 +70,7 @@ class BatchedEngine:
         from eagle3lab.errors import UserError
         from eagle3lab.target.auxlayers import AuxLayers
 
-        why = unsupported_reason(target.model.config)
+        why = unsupported_reason(target.model.config, model=target.model)
         if why:
             raise UserError(f"The static engine cannot run the target {target.name}: {why}. "
                             f"Use the eager engine (--engine eager).")

@@ -135,5 +135,6 @@ def resolve_engine(engine: str, target) -> str:
                         f"{engine!r}.")
     if engine == "auto":
         gpu = target.device.type == "cuda"
-        return "static" if gpu and unsupported_reason(target.model.config) is None else "eager"
+        ok = unsupported_reason(target.model.config, model=target.model) is None
+        return "static" if gpu and ok else "eager"
     return engine

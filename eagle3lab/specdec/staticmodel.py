@@ -39,8 +39,12 @@ from typing import Any, Callable
 SUPPORTED_TARGETS = ("llama", "qwen2", "qwen3", "mistral")
 
 
-def unsupported_reason(config, max_len: int | None = None) -> str | None:
-    """Why the static forward cannot run this target (None: it can)."""
+def unsupported_reason(config, max_len: int | None = None, model=None) -> str | None:
+    """Why the static forward cannot run this target (None: it can). model: the loaded
+    model, to refuse one spread over several devices (accelerate's device maps)."""
+    placed = set((getattr(model, "hf_device_map", None) or {}).values())
+    if len(placed) > 1:
+        return f"its layers are spread over {len(placed)} devices (a device map)"
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     mt = getattr(cfg, "model_type", None)
     if mt not in SUPPORTED_TARGETS:

@@ -126,6 +126,9 @@ def test_engine_choice_and_refusals(tiny_target, tiny_draft):
                                             "model_type": "gemma"})
     cfg.model_type = "gemma"
     assert "not one the static engine" in unsupported_reason(cfg)
+    mapped = type("Mapped", (), {"hf_device_map": {"model.layers.0": 0, "model.layers.1": 1}})
+    assert "spread over 2 devices" in unsupported_reason(tiny_target.model.config,
+                                                         model=mapped())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (device tool)")

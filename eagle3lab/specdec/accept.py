@@ -102,7 +102,8 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
 
     from eagle3lab.data.prompts import load_prompts
     from eagle3lab.errors import UserError
-    from eagle3lab.specdec.load import ENGINES, check_draft, load_engine, resolve_engine
+    from eagle3lab.specdec.batched import check_batch_size
+    from eagle3lab.specdec.load import check_draft, check_engine, load_engine, resolve_engine
     from eagle3lab.specdec.stats import AcceptStats, predicted_speedup
     from eagle3lab.target.adapter import Target, load_target
 
@@ -111,12 +112,8 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"{name} (--{name.replace('_', '-')}) must be a whole number of at "
                             f"least 1, got {value!r}.")
-    if engine not in ENGINES:
-        raise UserError(f"engine (--engine) must be one of {', '.join(ENGINES)}; got "
-                        f"{engine!r}.")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise UserError(f"batch size (--batch-size) must be a whole number of at least 1, "
-                        f"got {batch_size!r}.")
+    check_engine(engine)
+    check_batch_size(batch_size)
     if temperature < 0:
         raise UserError(f"temperature (--temperature) must be >= 0 (0 = greedy), got "
                         f"{temperature!r}.")
@@ -153,12 +150,12 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
         ids_list = [ids for _, ids in plist]
         seeds = [seed + i for i in range(len(plist))]
         runs = []
-        for name, eng in [("plain", plain)] + [(a.name, e) for a, e in zip(arms, engines)]:
+        for name, eng, sink in [("plain", plain, plain_results)] + [
+                (a.name, e, out) for a, e, out in zip(arms, engines, arm_results)]:
             with tqdm(total=len(plist), desc=f"decode {name} (batch {batch_size})",
                       disable=not progress) as bar:
-                res = eng.generate_many(ids_list, seeds=seeds, on_done=lambda *_: bar.update(),
-                                        **kw)
-            (plain_results if eng is plain else arm_results[engines.index(eng)]).extend(res)
+                sink.extend(eng.generate_many(ids_list, seeds=seeds,
+                                              on_done=lambda *_: bar.update(), **kw))
             runs.append({"name": name, **eng.last_run})
         for r in runs:
             r["tokens_per_s"] = r["completion_tokens"] / r["wall_s"] if r["wall_s"] else 0.0

@@ -43,6 +43,15 @@ from eagle3lab.specdec.staticmodel import (DrafterForward, Graphs, TargetForward
 KV_BUCKET = 128
 
 
+def check_batch_size(batch_size) -> None:
+    """Refuse a batch size that is not a whole number >= 1 (--batch-size)."""
+    from eagle3lab.errors import UserError
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise UserError(f"batch size (--batch-size) must be a whole number of at least 1, "
+                        f"got {batch_size!r}.")
+
+
 class _Row:
     """One request in flight (host-side state)."""
 
@@ -74,9 +83,7 @@ class BatchedEngine:
         if why:
             raise UserError(f"The static engine cannot run the target {target.name}: {why}. "
                             f"Use the eager engine (--engine eager).")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise UserError(f"batch size (--batch-size) must be a whole number of at least 1, "
-                            f"got {batch_size!r}.")
+        check_batch_size(batch_size)
         check_features(features)
         self.target, self.drafter = target, drafter
         self.tokenizer = target.tokenizer
@@ -117,7 +124,13 @@ class BatchedEngine:
     def _ensure(self, max_len: int) -> None:
         if max_len <= self.max_len:
             return
+        from eagle3lab.errors import UserError
+
         t = self.target
+        why = unsupported_reason(t.model.config, max_len=round_up(max_len, KV_BUCKET))
+        if why:  # a sliding window shorter than these sequences
+            raise UserError(f"The static engine cannot run the target {t.name} here: {why}. "
+                            f"Use the eager engine (--engine eager).")
         self.max_len = round_up(max_len, KV_BUCKET)
         self.graphs.clear()
         self.kv_t = None
@@ -187,10 +200,8 @@ class BatchedEngine:
         n_steps = 0
         t_start = time.perf_counter()
         prefill_s = 0.0
-        # device-side state of the drafter per row: its last logits (for sampling), its
-        # last output state, and its greedy next token
-        # greedy plain and greedy chains keep their whole state on the device: one graph
-        # per verify (+ acceptance), one per drafting (catch-up + the next chain)
+        # greedy decoding keeps its whole state on the device (the module docstring);
+        # sampling draws on the host
         fast = temperature <= 0
         self._L = torch.zeros(B, dtype=torch.long, device=self.device)
         self._x = torch.zeros(B, dtype=torch.long, device=self.device)
@@ -204,6 +215,8 @@ class BatchedEngine:
                           "off": torch.zeros(B, D, dtype=torch.long, device=self.device),
                           "anc": torch.zeros(B, D, D, dtype=torch.bool, device=self.device),
                           "par": torch.zeros(B, D, dtype=torch.long, device=self.device)}
+            # the drafter per row after its catch-up: logits (sampling, trees), output
+            # state, greedy next token (chains)
             self._dl = torch.zeros(B, self.drafter.draft_vocab_size, device=self.device,
                                    dtype=self.drafter.dtype)
             self._dh = torch.zeros(B, self.drafter.hidden_size, device=self.device,
@@ -344,21 +357,23 @@ class BatchedEngine:
         if on_step is not None:
             on_step(new, acc)
 
-    def _verify(self, L, x, drafts, anc, pos_off, write_off):
-        """The target over [x, drafts] per row: returns its (logits, features, argmax)."""
+    def _verify(self, L, x, drafts):
+        """The target over the chain [x, drafts] per row (host lengths L, tokens x):
+        returns its (logits, features, argmax)."""
         torch = self._torch
         dev = self.device
         D = self.draft_tokens
         Lt = torch.tensor(L, device=dev)
         ids = torch.cat([torch.tensor(x, device=dev)[:, None], drafts], dim=1)
+        at = Lt[:, None] + torch.arange(D, device=dev)
         kv_len = self._kv_len(max(L) + D)
         return self.graphs.run(
             ("verify", D, kv_len), self.tf,
-            {"ids": ids, "pos": Lt[:, None] + pos_off, "start": Lt,
-             "write": Lt[:, None] + write_off, "anc": anc},
+            {"ids": ids, "pos": at, "start": Lt, "write": at,
+             "anc": self._tri(D)[None].expand(len(L), D, D)},
             kv=self.kv_t.data, kv_len=kv_len)
 
-    # --- greedy, device-resident: plain and chains -------------------------------------
+    # --- greedy, device-resident: plain, chains, trees ---------------------------------
     def _anc_chain(self, k: int):
         """[1, 1, W] window of draft step k: the k slots from the row's length on."""
         key = ("chain", k)
@@ -485,17 +500,25 @@ class BatchedEngine:
         path_feats = feats.gather(1, idx[:, :, None].expand(B, S + 1, feats.shape[-1]))
         return acc, emitted, path_feats
 
-    def _tree_draft_fn(self, emitted, feats, acc, L, *, kv, kv_len: int):
-        """The drafter's catch-up over the emitted tokens, then the next tree from the
-        last accepted entry, at the new length L+acc+1."""
+    def _catch_up_fn(self, emitted, feats, acc, L, *, kv, kv_len: int):
+        """The drafter's step-0 entries for each row's emitted tokens [B, S+1] (slots L..,
+        positions L+1..; padded, only the first acc+1 count) with the verify features of
+        the tokens before them; returns its (logits, output state, greedy next token) at
+        the last real entry."""
         torch = self._torch
         B, n = emitted.shape
         ar = torch.arange(n, device=L.device)
-        d_logits, d_out, _ = self.df(kv, emitted, feats, L[:, None] + 1 + ar, L,
-                                     L[:, None] + ar, self._tri(n)[None].expand(B, n, n),
-                                     self.hot, kv_len=kv_len, project=True)
+        logits, out, tok = self.df(kv, emitted, feats, L[:, None] + 1 + ar, L, L[:, None] + ar,
+                                   self._tri(n)[None].expand(B, n, n), self.hot,
+                                   kv_len=kv_len, project=True)
         rb = torch.arange(B, device=L.device)
-        return self._tree_drafts(kv, d_logits[rb, acc], d_out[rb, acc], L + acc + 1, kv_len)
+        return logits[rb, acc], out[rb, acc], tok[rb, acc]
+
+    def _tree_draft_fn(self, emitted, feats, acc, L, *, kv, kv_len: int):
+        """The catch-up, then the next tree from the last accepted entry, at the new
+        length L+acc+1."""
+        d_logits, d_out, _ = self._catch_up_fn(emitted, feats, acc, L, kv=kv, kv_len=kv_len)
+        return self._tree_drafts(kv, d_logits, d_out, L + acc + 1, kv_len)
 
     def _plain_fn(self, x, L, *, kv, kv_len: int):
         ones = self._torch.ones(x.shape[0], 1, 1, dtype=self._torch.bool, device=x.device)
@@ -519,16 +542,10 @@ class BatchedEngine:
         return acc, emitted, feats
 
     def _draft_fn(self, emitted, feats, acc, L, *, kv, kv_len: int):
-        """The drafter's catch-up over the emitted tokens (slots L.., positions L+1..),
-        then the next chain from the last accepted entry, at the new length L+acc+1."""
-        torch = self._torch
-        B, n = emitted.shape
-        ar = torch.arange(n, device=L.device)
-        _, d_out, d_tok = self.df(kv, emitted, feats, L[:, None] + 1 + ar, L, L[:, None] + ar,
-                                  self._tri(n)[None].expand(B, n, n), self.hot,
-                                  kv_len=kv_len, project=True)
-        rb = torch.arange(B, device=L.device)
-        return self._chain_drafts(kv, d_tok[rb, acc], d_out[rb, acc], L + acc + 1, kv_len)
+        """The catch-up, then the next chain from the last accepted entry, at the new
+        length L+acc+1."""
+        _, d_out, d_tok = self._catch_up_fn(emitted, feats, acc, L, kv=kv, kv_len=kv_len)
+        return self._chain_drafts(kv, d_tok, d_out, L + acc + 1, kv_len)
 
     def _mark(self):
         """A point in the stream: a CUDA event on a GPU, the host clock elsewhere (where
@@ -543,9 +560,9 @@ class BatchedEngine:
         return a.elapsed_time(b) / 1e3 if self.device.type == "cuda" else b - a
 
     def _launch_fast(self, rows, slot: int) -> dict:
-        """Enqueue one greedy step for every row (plain: one token; chain: verify and
-        acceptance, then the drafter's catch-up and next chain) and the copy of its result
-        to the host; nothing waits. The host learns a row's lengths one step late, so the
+        """Enqueue one greedy step for every row (plain: one token; chain or tree: verify
+        and acceptance, then the drafter's catch-up and next chain or tree) and the copy of
+        its result to the host; nothing waits. The host learns a row's lengths one step late, so the
         attention span allows for the step in flight (S+1 tokens)."""
         torch = self._torch
         live = [r is not None and not r.done for r in rows]
@@ -560,21 +577,15 @@ class BatchedEngine:
             self._x.copy_(nxt)
             self._L.add_(self._live)
             res = nxt[:, None]
-        elif self.topk == 1:
-            D = self.draft_tokens
-            kv_len = self._kv_len(longest + D)
-            acc, emitted, feats = self.graphs.run(
-                ("verify-greedy", kv_len), self._verify_fn,
-                {"x": self._x, "drafts": self._drafts, "L": self._L}, kv=self.kv_t.data,
-                kv_len=kv_len)
-            res = torch.cat([acc[:, None], emitted], dim=1)
         else:
-            D = self.draft_tokens
-            kv_len = self._kv_len(longest + D)
+            kv_len = self._kv_len(longest + self.draft_tokens)
+            chain = self.topk == 1
             acc, emitted, feats = self.graphs.run(
-                ("tree-verify", kv_len), self._tree_verify_fn,
-                {"x": self._x, "L": self._L, **self._tree}, kv=self.kv_t.data,
-                kv_len=kv_len)
+                ("verify-greedy" if chain else "tree-verify", kv_len),
+                self._verify_fn if chain else self._tree_verify_fn,
+                {"x": self._x, "L": self._L,
+                 **({"drafts": self._drafts} if chain else self._tree)},
+                kv=self.kv_t.data, kv_len=kv_len)
             res = torch.cat([acc[:, None], emitted], dim=1)
         host = self._res_host[slot][:, :res.shape[1]]
         host.copy_(res, non_blocking=True)
@@ -616,24 +627,23 @@ class BatchedEngine:
                       verify_s, draft_s, max_new, on_step)
 
     def _plain_step(self, rows, sample, max_new, on_step) -> None:
+        """One sampled token per row (temperature > 0; greedy plain decoding takes the
+        device-resident path)."""
         torch = self._torch
         dev = self.device
         live, L, x = self._lengths(rows)
         Lt = torch.tensor(L, device=dev)
         B = len(rows)
         kv_len = self._kv_len(max(L) + 1)
-        logits, _, amax = self.graphs.run(
+        logits, _, _ = self.graphs.run(
             ("plain", kv_len), self.tf,
             {"ids": torch.tensor(x, device=dev)[:, None], "pos": Lt[:, None],
              "start": Lt, "write": Lt[:, None],
              "anc": torch.ones(B, 1, 1, dtype=torch.bool, device=dev)},
             kv=self.kv_t.data, kv_len=kv_len)
-        if sample["temperature"] > 0:
-            rows_logits = logits[:, 0].cpu()
-            nxt = [sample_token(rows_logits[b], sample["temperature"], sample["top_p"],
-                                r.gen) if live[b] else 0 for b, r in enumerate(rows)]
-        else:
-            nxt = amax[:, 0].tolist()
+        rows_logits = logits[:, 0].cpu()
+        nxt = [sample_token(rows_logits[b], sample["temperature"], sample["top_p"], r.gen)
+               if live[b] else 0 for b, r in enumerate(rows)]
         for b, r in enumerate(rows):
             if not live[b]:
                 continue
@@ -642,26 +652,19 @@ class BatchedEngine:
             self._emit(r, [nxt[b]], None, max_new, on_step)
 
     def _catch_up(self, L, emitted_rows, feats, acc):
-        """The drafter's step-0 entries for each row's emitted tokens (S+1 slots per row,
-        padded; only the first acc+1 count), then its state at the last real entry."""
+        """`_catch_up_fn` for host-side rows (the sampling path): the drafter's state
+        after each row's emitted tokens, for the next draws."""
         torch = self._torch
         dev = self.device
-        B, n = len(L), self.steps + 1
+        n = self.steps + 1
         toks = torch.tensor([e + [e[-1]] * (n - len(e)) for e in emitted_rows], device=dev)
-        Lt = torch.tensor(L, device=dev)
-        ar = torch.arange(n, device=dev)
         kv_len = self._kv_len(max(L) + n)
-        anc = self._tri(n)[None].expand(B, n, n)
-        d_logits, d_out, d_tok = self.graphs.run(
-            ("catchup", n, kv_len), self.df,
-            {"ids": toks, "hidden": feats, "pos": Lt[:, None] + 1 + ar, "start": Lt,
-             "write": Lt[:, None] + ar, "anc": anc},
-            kv=self.kv_d.data, hot=self.hot, kv_len=kv_len, project=True)
-        at = torch.tensor(acc, device=dev)
-        rb = torch.arange(B, device=dev)
-        self._dl.copy_(d_logits[rb, at])
-        self._dh.copy_(d_out[rb, at])
-        self._dtok.copy_(d_tok[rb, at])
+        d_logits, d_out, _ = self.graphs.run(
+            ("catchup", kv_len), self._catch_up_fn,
+            {"emitted": toks, "feats": feats, "acc": torch.tensor(acc, device=dev),
+             "L": torch.tensor(L, device=dev)}, kv=self.kv_d.data, kv_len=kv_len)
+        self._dl.copy_(d_logits)
+        self._dh.copy_(d_out)
 
     def _draft_step(self, L: list[int], Lt, toks, hidden, k: int, anc):
         """One drafter forward over q entries per row at draft depth k: position L+k,
@@ -681,7 +684,7 @@ class BatchedEngine:
         device-resident path): the draws on the host, per row, in SpecEngine's order."""
         torch = self._torch
         dev = self.device
-        S, D, T = self.steps, self.draft_tokens, sample["temperature"]
+        S, T = self.steps, sample["temperature"]
         live, L, x = self._lengths(rows)
         B = len(rows)
         ta = time.perf_counter()
@@ -706,9 +709,7 @@ class BatchedEngine:
         drafts = torch.stack(drafted, dim=1)
         self._sync()
         tb = time.perf_counter()
-        ar = torch.arange(D, device=dev)
-        logits, feats, _ = self._verify(L, x, drafts, self._tri(D)[None].expand(B, D, D), ar,
-                                        ar)
+        logits, feats, _ = self._verify(L, x, drafts)
         drafted_host = drafts.tolist()
         accs, emitted_rows = [], []
         for b, r in enumerate(rows):

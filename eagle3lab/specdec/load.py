@@ -124,15 +124,21 @@ def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLi
 ENGINES = ("auto", "eager", "static")
 
 
-def resolve_engine(engine: str, target) -> str:
-    """"eager" or "static"; "auto" is static on a GPU when the target is supported, else
-    eager (the CPU path stays the one the tests pin)."""
+def check_engine(engine: str) -> None:
+    """Refuse an engine name that is not one of ENGINES (--engine)."""
     from eagle3lab.errors import UserError
-    from eagle3lab.specdec.staticmodel import unsupported_reason
 
     if engine not in ENGINES:
         raise UserError(f"engine (--engine) must be one of {', '.join(ENGINES)}; got "
                         f"{engine!r}.")
+
+
+def resolve_engine(engine: str, target) -> str:
+    """"eager" or "static"; "auto" is static on a GPU when the target is supported, else
+    eager (the CPU path stays the one the tests pin)."""
+    from eagle3lab.specdec.staticmodel import unsupported_reason
+
+    check_engine(engine)
     if engine == "auto":
         gpu = target.device.type == "cuda"
         ok = unsupported_reason(target.model.config, model=target.model) is None

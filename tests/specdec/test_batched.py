@@ -71,6 +71,11 @@ def test_plain_and_last_layer_features_equal_eager(tiny_target, tiny_draft):
     new = load_engine(target=tiny_target, engine="static", batch_size=2).generate_many(
         prompts, max_new_tokens=10)
     _same(old, new)
+    old = [plain.generate(p, max_new_tokens=10, temperature=0.9, seed=i)
+           for i, p in enumerate(prompts)]
+    new = load_engine(target=tiny_target, engine="static", batch_size=2).generate_many(
+        prompts, max_new_tokens=10, temperature=0.9, seeds=list(range(len(prompts))))
+    _same(old, new)
     eager = load_engine(target=tiny_target, draft=tiny_draft, features="last_layer")
     old = [eager.generate(p, max_new_tokens=10) for p in prompts]
     new = load_engine(target=tiny_target, draft=tiny_draft, features="last_layer",
@@ -126,6 +131,13 @@ def test_engine_choice_and_refusals(tiny_target, tiny_draft):
                                             "model_type": "gemma"})
     cfg.model_type = "gemma"
     assert "not one the static engine" in unsupported_reason(cfg)
+    cfg = tiny_target.model.config
+    cfg.sliding_window = 16  # shorter than a prompt + answer: refused when the buffer is sized
+    try:
+        with pytest.raises(UserError, match="sliding-window attention"):
+            BatchedEngine(tiny_target, None).generate([1, 2, 3], max_new_tokens=4)
+    finally:
+        del cfg.sliding_window
     mapped = type("Mapped", (), {"hf_device_map": {"model.layers.0": 0, "model.layers.1": 1}})
     assert "spread over 2 devices" in unsupported_reason(tiny_target.model.config,
                                                          model=mapped())

@@ -255,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{runs['plain']['tokens_per_s']:.0f} tok/s, spec "
                   f"{runs['draft']['tokens_per_s']:.0f} tok/s, x{runs['draft']['speedup']:.2f};"
                   f" acceptance measured at {60 * rb['requests'] / rb['seconds']:.1f} "
-                  f"prompts/min ({rb['seconds']:.1f} s for {rb['requests']})")
+                  f"prompts/min ({rb['seconds']:.1f} s for {rb['requests']}; graph captures "
+                  f"{runs['plain']['capture_s']:.1f} s plain, {runs['draft']['capture_s']:.1f}"
+                  f" s spec, left out of tok/s)")
             row["batch"] = rb
         if args.compare_eager:
             re_ = measure_acceptance(arms=arm, limit=args.compare_eager, engine="eager",

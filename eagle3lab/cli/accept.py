@@ -94,9 +94,10 @@ def run(args) -> int:
     for a in r["arms"]:
         print(f"{a['name']}: accept histogram {a['stats']['accept_histogram']}")
     if "batch" in r:
-        print(f"batch {r['batch']['size']} (throughput over the whole run):")
+        print(f"batch {r['batch']['size']} (throughput over the whole run; tok/s leaves out "
+              f"the one-off CUDA graph captures):")
         for run in r["batch"]["runs"]:
             print(f"  {run['name']}: {run['tokens_per_s']:.1f} tok/s, "
                   f"{run['prompts_per_min']:.1f} prompts/min, x{run['speedup'] or 0:.2f} vs "
-                  f"plain, {run['wall_s']:.1f} s")
+                  f"plain, {run['wall_s']:.1f} s (graph captures {run['capture_s']:.1f} s)")
     return 0

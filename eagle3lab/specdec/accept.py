@@ -158,7 +158,10 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
                                               on_done=lambda *_: bar.update(), **kw))
             runs.append({"name": name, **eng.last_run})
         for r in runs:
-            r["tokens_per_s"] = r["completion_tokens"] / r["wall_s"] if r["wall_s"] else 0.0
+            # decoding throughput leaves the one-off graph captures out (as decode_s does);
+            # prompts per minute is the whole measurement's rate
+            busy = r["wall_s"] - r["capture_s"]
+            r["tokens_per_s"] = r["completion_tokens"] / busy if busy > 0 else 0.0
             r["prompts_per_min"] = 60 * r["prompts"] / r["wall_s"] if r["wall_s"] else 0.0
             r["speedup"] = (r["tokens_per_s"] / runs[0]["tokens_per_s"]
                             if runs[0]["tokens_per_s"] else None)

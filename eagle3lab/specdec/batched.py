@@ -24,8 +24,10 @@ Timing: a request's decode_s runs from the end of its prefill to its last token;
 size B it includes the other rows' work (a batch-B figure); verify_s/draft_s are the
 step's time in target forwards (+ acceptance) / drafting, charged to every row in
 flight: on the pipelined path measured with CUDA events (device time), elsewhere between
-device synchronisations. `last_run` holds the whole run's wall time (the batch-B
-throughput).
+device synchronisations. A step shape's first use captures its graph (~0.1 s, once; a
+serving engine does it at start): that time is left out of decode_s, verify_s and
+draft_s and reported apart. `last_run` holds the whole run's wall time and its capture
+seconds (the batch-B throughput is taken over the wall time less the captures).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class _Row:
         self.finish = "length"
         self.prefill_s = self.verify_s = self.draft_s = 0.0
         self.t_decode = 0.0
+        self.capture0 = 0.0  # graph-capture seconds so far when its decoding began
         self.decode_s = 0.0
 
 
@@ -199,6 +202,7 @@ class BatchedEngine:
         sample = dict(temperature=temperature, top_p=top_p)
         n_steps = 0
         t_start = time.perf_counter()
+        capture_start = self.graphs.capture_s
         prefill_s = 0.0
         # greedy decoding keeps its whole state on the device (the module docstring);
         # sampling draws on the host
@@ -260,6 +264,7 @@ class BatchedEngine:
                     r.prefill_s = time.perf_counter() - t0
                     prefill_s += r.prefill_s
                     r.t_decode = time.perf_counter()
+                    r.capture0 = self.graphs.capture_s
                     if on_step is not None:
                         on_step([r.x], None)
                     if r.x in stops or len(r.out) >= max_new_tokens:
@@ -270,7 +275,7 @@ class BatchedEngine:
             now = time.perf_counter()
             for b, r in enumerate(rows):
                 if r is not None and r.done:
-                    r.decode_s = now - r.t_decode
+                    r.decode_s = now - r.t_decode - (self.graphs.capture_s - r.capture0)
                     finish(b)
 
         with torch.inference_mode():
@@ -309,7 +314,8 @@ class BatchedEngine:
         self.last_run = {"prompts": len(prompts), "batch_size": B, "wall_s": wall,
                          "prefill_s": prefill_s, "steps": n_steps,
                          "completion_tokens": sum(r.completion_tokens for r in results),
-                         "graphs": len(self.graphs)}
+                         "graphs": len(self.graphs),
+                         "capture_s": self.graphs.capture_s - capture_start}
         return results
 
     # --- prefill ---------------------------------------------------------------------------
@@ -429,9 +435,10 @@ class BatchedEngine:
         rows = torch.zeros(B, K, W, dtype=torch.bool, device=dev)  # frontier's window rows
         hid = d_hidden[:, None].expand(B, K, d_hidden.shape[-1])
         ar = torch.arange(K, device=dev)
+        slot_ar = torch.arange(W, device=dev)
         for t in range(1, S):  # the frontier (depth t) gets its entries at t-1 .. in the window
-            rows = rows.clone()
-            rows[:, ar, (t - 1) * K + ar] = True  # each frontier node's own entry
+            # each frontier node's own entry (no index_put of a host scalar: captured)
+            rows = rows | (slot_ar[None, :] == ((t - 1) * K + ar)[:, None])[None]
             frontier = (t - 1) * K + ar  # node indices of the frontier
             logits, outs, _ = self.df(kv, tokens[-1], hid, (L + t)[:, None].expand(B, K), L,
                                       (L + (t - 1) * K)[:, None] + ar, rows, self.hot,
@@ -457,12 +464,12 @@ class BatchedEngine:
         pnode = parent.gather(1, chosen)
         par = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=dev),
                          where.gather(1, torch.where(pnode < 0, n, pnode))], dim=1)
-        anc = torch.eye(D, dtype=torch.bool, device=dev).expand(B, D, D).clone()
+        anc = torch.eye(D, dtype=torch.bool, device=dev).expand(B, D, D)
         cur = torch.arange(D, device=dev).expand(B, D)
-        bi = torch.arange(B, device=dev)[:, None].expand(B, D)
+        node = torch.arange(D, device=dev)
         for _ in range(S):
             cur = par.gather(1, cur)
-            anc[bi, torch.arange(D, device=dev).expand(B, D), cur] = True
+            anc = anc | (cur[:, :, None] == node)
         off = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=dev),
                          depth.gather(1, chosen)], dim=1)
         return {"tok": token.gather(1, chosen), "off": off, "anc": anc, "par": par}
@@ -568,6 +575,7 @@ class BatchedEngine:
         live = [r is not None and not r.done for r in rows]
         lag = self.draft_tokens
         longest = max((r.L for b, r in enumerate(rows) if live[b]), default=0) + lag
+        c0 = self.graphs.capture_s
         t0 = self._mark()
         if self.drafter is None:
             kv_len = self._kv_len(longest + 1)
@@ -590,6 +598,7 @@ class BatchedEngine:
         host = self._res_host[slot][:, :res.shape[1]]
         host.copy_(res, non_blocking=True)
         t1 = self._mark()
+        c1 = self.graphs.capture_s
         if self.drafter is not None:
             kv_len = self._kv_len(longest + self.steps + 1 + self.w_draft)
             inputs = {"emitted": emitted, "feats": feats, "acc": acc, "L": self._L}
@@ -604,7 +613,8 @@ class BatchedEngine:
             self._x.copy_(emitted[self._rb, acc])
             self._L.add_((acc + 1) * self._live)
         t2 = self._mark()
-        return {"rows": list(rows), "live": live, "host": host, "marks": (t0, t1, t2)}
+        return {"rows": list(rows), "live": live, "host": host, "marks": (t0, t1, t2),
+                "capture": (c1 - c0, self.graphs.capture_s - c1)}
 
     def _apply_fast(self, step: dict, rows, max_new, on_step) -> None:
         """Wait for a launched step and account it to the rows it was launched for (a row
@@ -612,7 +622,9 @@ class BatchedEngine:
         t0, t1, t2 = step["marks"]
         if self.device.type == "cuda":
             t2.synchronize()
-        verify_s, draft_s = self._seconds(t0, t1), self._seconds(t1, t2)
+        cv, cd = step["capture"]  # a first use of a step shape: its capture is left out
+        verify_s = max(self._seconds(t0, t1) - cv, 0.0)
+        draft_s = max(self._seconds(t1, t2) - cd, 0.0)
         res = step["host"].tolist()
         live = [step["live"][b] and rows[b] is r and not r.done
                 for b, r in enumerate(step["rows"])]
@@ -687,7 +699,7 @@ class BatchedEngine:
         S, T = self.steps, sample["temperature"]
         live, L, x = self._lengths(rows)
         B = len(rows)
-        ta = time.perf_counter()
+        ca, ta = self.graphs.capture_s, time.perf_counter()
         Lt = torch.tensor(L, device=dev)
         # drafting: S tokens per row; the drafter's window slot k-1 holds draft step k
         qs: list[list] = [[] for _ in range(B)]
@@ -708,7 +720,7 @@ class BatchedEngine:
                 logits_k, hid = logits_k[:, 0], out[:, 0]
         drafts = torch.stack(drafted, dim=1)
         self._sync()
-        tb = time.perf_counter()
+        cb, tb = self.graphs.capture_s, time.perf_counter()
         logits, feats, _ = self._verify(L, x, drafts)
         drafted_host = drafts.tolist()
         accs, emitted_rows = [], []
@@ -721,12 +733,13 @@ class BatchedEngine:
                                         self.hot, r.gen)
             accs.append(acc)
             emitted_rows.append(drafted_host[b][:acc] + [bonus])
-        tc = time.perf_counter()
+        cc, tc = self.graphs.capture_s, time.perf_counter()
         self._catch_up(L, emitted_rows, feats, accs)
         self._sync()
-        td = time.perf_counter()
-        self._account(rows, live, accs, emitted_rows, tc - tb, (tb - ta) + (td - tc), max_new,
-                      on_step)
+        cd, td = self.graphs.capture_s, time.perf_counter()
+        # first uses of step shapes: their captures are left out
+        self._account(rows, live, accs, emitted_rows, (tc - tb) - (cc - cb),
+                      (tb - ta) - (cb - ca) + (td - tc) - (cd - cc), max_new, on_step)
 
     def _account(self, rows, live, accs, emitted_rows, verify_s: float, draft_s: float,
                  max_new: int, on_step) -> None:

@@ -167,30 +167,39 @@ def test_cuda_graphs_equal_eager_on_gpu(tiny_target_dir, tmp_path):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
-def test_graph_captures_are_left_out_of_the_timings(tiny_target, tiny_draft, temperature):
+def test_graph_captures_are_left_out_of_the_timings(tiny_target, tiny_draft, temperature,
+                                                    monkeypatch):
     """A step shape's first use captures its graph (on a GPU: ~0.1 s, once); that time is
     counted apart (last_run capture_s) and left out of decode_s, verify_s and draft_s, on
     the pipelined greedy path and the sampling path. On this CPU nothing is captured, so
-    Graphs.run is wrapped to take 0.5 s and count it on each key's first use, as a capture
-    does."""
+    Graphs.run is wrapped to act as a capture on each key's first use: the engine's clock
+    jumps by an hour and capture_s counts that hour (no sleeping, so no timing noise: the
+    real work here takes well under a second)."""
     import time
+    import types
 
+    from eagle3lab.specdec import batched
+
+    hour, jumped = 3600.0, [0.0]
+    monkeypatch.setattr(batched, "time", types.SimpleNamespace(
+        perf_counter=lambda: time.perf_counter() + jumped[0]))
     eng = load_engine(target=tiny_target, draft=tiny_draft, steps=3, engine="static",
                       batch_size=2)
-    real, seen, pause = eng.graphs.run, set(), 0.5
+    real, seen = eng.graphs.run, set()
 
     def run(key, fn, tensors, **static):
         if key not in seen:
             seen.add(key)
-            time.sleep(pause)
-            eng.graphs.capture_s += pause
+            jumped[0] += hour
+            eng.graphs.capture_s += hour
         return real(key, fn, tensors, **static)
 
     eng.graphs.run = run
     res = eng.generate_many(_prompts(tiny_target, 3), max_new_tokens=10,
                             temperature=temperature, seeds=[0, 1, 2])
-    captured = pause * len(seen)
+    captured = hour * len(seen)
     assert len(seen) >= 2 and eng.last_run["capture_s"] == pytest.approx(captured)
-    assert eng.last_run["wall_s"] > captured
-    for r in res:  # each row saw captures while it decoded, and none is in its timings
-        assert r.decode_s < pause and r.verify_s + r.draft_s < pause
+    assert captured < eng.last_run["wall_s"] < captured + hour
+    for r in res:  # each row saw captures while it decoded; none is in its timings
+        assert 0 < r.decode_s < hour and 0 <= r.verify_s and 0 <= r.draft_s
+        assert r.verify_s + r.draft_s < hour

@@ -127,4 +127,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from eagle3lab.cli import bench_main
+
+    raise SystemExit(bench_main("extract.py", main))

@@ -39,3 +39,27 @@ def test_shape_tiny_every_section(tokenizer_dir, tmp_path):
     static = row["batch1"]["arms"][0]["per_request"][:2]
     assert [p["accept_histogram"] for p in eager] == [p["accept_histogram"] for p in static]
     assert static_tau >= 1.0
+
+
+def test_bad_input_is_one_line_not_a_traceback(tokenizer_dir, tmp_path):
+    """A bench script answers bad input as the CLI does (`eagle3lab.cli.guarded`): a missing
+    target is a UserError line, exit 1; a truncated config.json (transformers' own OSError)
+    one `unexpected error` line naming the bench frame it passed through, exit 2."""
+    import shutil
+
+    def bench(target):
+        r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--target", str(target),
+                            "--shape", "tiny", "--limit", "1"],
+                           capture_output=True, text=True, timeout=600)
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        return r.returncode, r.stderr
+
+    code, err = bench(tmp_path / "absent")
+    assert code == 1 and err.startswith(f"bench/accept.py: error: Target '{tmp_path / 'absent'}'"
+                                        " does not exist.")
+    tok = tmp_path / "tok"
+    shutil.copytree(tokenizer_dir, tok)
+    (tok / "config.json").write_text('{"model_type": "lla')  # truncated
+    code, err = bench(tok)
+    assert code == 2 and err.startswith("bench/accept.py: unexpected error: OSError: ")
+    assert "config.json" in err and "[in bench/accept.py:" in err and "EAGLE3LAB_DEBUG=1" in err

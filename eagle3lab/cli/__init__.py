@@ -22,6 +22,8 @@ import importlib
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from pathlib import Path
 
 from eagle3lab import __version__
 from eagle3lab.errors import UserError
@@ -82,33 +84,52 @@ def _main(argv: list[str] | None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
-    except UserError as e:
-        from eagle3lab.distributed import report
-
-        show, linger_s = report(e)
-        if args.debug:
-            traceback.print_exc()
-        if show:
-            print(f"eagle3lab {args.command}: error: {e}", file=sys.stderr, flush=True)
-        time.sleep(linger_s)
-        return 1
+        return guarded(f"eagle3lab {args.command}", lambda: args.func(args), debug=args.debug,
+                       debug_hint="Run `eagle3lab --debug ...` for the traceback.")
     except KeyboardInterrupt:
         print(f"eagle3lab {args.command}: interrupted; completed work is kept and a re-run "
               f"resumes from it.", file=sys.stderr)
         return 130
-    except Exception as e:  # the last resort: every known bad input is a UserError
-        if args.debug:
+
+
+def guarded(prog: str, func: Callable[[], int | None], *, debug: bool, debug_hint: str) -> int:
+    """Run `func` (a command's body) and return its exit code; an error it raises becomes
+    one line on stderr instead of a traceback: a UserError `PROG: error: ...`, exit 1;
+    anything else `PROG: unexpected error: ...` (see `unexpected`) plus `debug_hint`, exit 2.
+    `debug` prints the traceback as well. The CLI and the bench/ scripts answer through it."""
+    try:
+        return int(func() or 0)
+    except UserError as e:
+        from eagle3lab.distributed import report
+
+        show, linger_s = report(e)
+        if debug:
             traceback.print_exc()
-        print(f"eagle3lab {args.command}: unexpected error: {unexpected(e)}"
-              + ("" if args.debug else " Run `eagle3lab --debug ...` for the traceback."),
+        if show:
+            print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
+        time.sleep(linger_s)
+        return 1
+    except Exception as e:  # the last resort: every known bad input is a UserError
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: unexpected error: {unexpected(e)}" + ("" if debug else f" {debug_hint}"),
               file=sys.stderr)
         return 2
 
 
+def bench_main(script: str, main: Callable[[], int | None]) -> int:
+    """A bench/ script's entry point: `main` through `guarded`, so that bad input is one
+    line; EAGLE3LAB_DEBUG=1 in the environment adds the traceback."""
+    import os
+
+    return guarded(f"bench/{script}", main, debug=bool(os.environ.get("EAGLE3LAB_DEBUG")),
+                   debug_hint="Set EAGLE3LAB_DEBUG=1 for the traceback.")
+
+
 def unexpected(e: BaseException) -> str:
     """One line for an exception no check anticipated: its type and message, the file it
-    concerns (OSErrors name one) and the innermost eagle3lab frame it passed through."""
+    concerns (OSErrors name one) and the innermost frame of ours it passed through (the
+    package's or a bench/ script's)."""
     msg = " ".join(str(e).split()) or "(no message)"
     if len(msg) > 300:
         msg = msg[:297] + "..."
@@ -116,12 +137,16 @@ def unexpected(e: BaseException) -> str:
     filename = getattr(e, "filename", None)
     if filename and str(filename) not in msg:
         text += f" (file: {filename})"
-    ours = [f for f in traceback.extract_tb(e.__traceback__)
-            if "/eagle3lab/" in f.filename.replace("\\", "/")]
-    if ours:  # main() itself is one, so there is always one
-        where = ours[-1].filename.replace("\\", "/")
-        where = where[where.rfind("/eagle3lab/") + 1:]
-        text += f" [in {where}:{ours[-1].lineno}, {ours[-1].name}]"
+    package = Path(__file__).resolve().parent.parent
+    tops = (package, package.parent / "bench")
+    ours = []
+    for f in traceback.extract_tb(e.__traceback__):
+        path = Path(f.filename).resolve()
+        if any(path.is_relative_to(top) for top in tops):
+            ours.append((f, path.relative_to(package.parent).as_posix()))
+    if ours:  # guarded() itself is one, so there is always one
+        f, where = ours[-1]
+        text += f" [in {where}:{f.lineno}, {f.name}]"
     return text + "."
 
 

@@ -16,13 +16,14 @@ PIPQ   := --disable-pip-version-check -q
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup target clean-venv help
+.PHONY: demo test setup target vllm-carry clean-venv help
 
 help:
 	@echo "make demo   - run the whole pipeline on the default target and write a report (reports/<timestamp>/index.html)"
 	@echo "make test   - run the test suite (sets everything up first)"
 	@echo "make setup  - only create/update the virtualenv $(VENV)"
 	@echo "make target - only prepare the default target under data/models/"
+	@echo "make vllm-carry - vLLM 0.25.1 + its wheels + the GGUF cut into device carries (.vllm/; docs/vllm.md)"
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-nodeps.txt requirements-serve-cpu.txt \
           requirements-sglang-cpu.txt constraints.txt pyproject.toml
@@ -41,6 +42,13 @@ setup: $(STAMP)
 
 target: $(STAMP)
 	$(VENV)/bin/eagle3lab prepare-target
+
+# vLLM 0.25.1 for the H200 device: download the pinned wheels (requirements-vllm-h200.txt,
+# --require-hashes) and the GGUF, cut them into carries, print the chain of device calls.
+vllm-carry: $(STAMP)
+	$(PY) -P bench/vllm_carry.py download
+	$(PY) -P bench/vllm_carry.py pack
+	$(PY) -P bench/vllm_carry.py plan
 
 demo: target
 	$(VENV)/bin/eagle3lab demo $(DEMO_ARGS)

@@ -32,9 +32,10 @@ def add_parser(sub) -> None:
                    f"the target (hidden size, aux-layer range, vocabulary) are skipped")
     p.add_argument("--engine", choices=ENGINES, default=None,
                    help="the engine that will load the checkpoint: sglang = portable across "
-                   "SGLang releases, sglang-0.5.23 = exactly that release, vllm, speculators "
-                   "(its from_pretrained); default: sglang for the eagle3 format, vllm for "
-                   "the speculators format")
+                   "SGLang releases, sglang-0.5.23 = exactly that release, vllm = vLLM 0.25.1 "
+                   "(its default V2 model runner; `eagle3lab preflight` picks the runner of "
+                   "a launch), speculators (its from_pretrained); default: sglang for the "
+                   "eagle3 format, vllm for the speculators format")
     p.add_argument("--tensors", action="store_true", help="also list every tensor (table mode)")
     p.add_argument("--no-values", action="store_true",
                    help="read headers only: skip the NaN/Inf scan and the vocab-map checks")

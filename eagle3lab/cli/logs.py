@@ -16,11 +16,14 @@ def add_parser(sub) -> None:
         description="Parse an SGLang, vLLM (format detected) or reference server log: start-up "
         "phases, a verdict "
         "(starting, ready, hung = not ready and no line for --silence-s, crashed = a "
-        "traceback, a dead scheduler or engine core), known warnings explained, the decode "
+        "traceback, a dead scheduler or engine core, exited = the log ends in the server's "
+        "shutdown or eagle3lab's stop line), known warnings explained, the decode "
         "lines (SGLang's Decode batch; vLLM's stats and SpecDecoding metrics lines: accept "
-        "len, accept rate, per-position acceptance, gen throughput) and findings such as "
-        "acceptance-collapse (speculation on, accept len ~1.0). Exit status: 0 ready or "
-        "starting, 1 crashed, hung or an error finding, 2 LOGFILE missing.",
+        "len, accept rate, per-position acceptance, gen throughput, kept when the server "
+        "then shut down), what a vLLM start proves (version, the drafter loaded, the aux "
+        "layers it reads) and findings such as "
+        "acceptance-collapse (speculation on, accept len ~1.0). Exit status: 0 ready, "
+        "starting or exited, 1 crashed, hung or an error finding, 2 LOGFILE missing.",
         parents=[json_option()])
     p.add_argument("logfile", metavar="LOGFILE", help="the server's log file")
     p.add_argument("--now", default=None,
@@ -50,6 +53,19 @@ def run(args) -> int:
           f"{report['last_line_time'] or '-'}, {report['lines']} lines)")
     for p in report["phases"]:
         print(f"  {p['time'] or '-':<19}  {p['phase']:<20} line {p['line']}")
+    if report["shutdown"]:
+        s = report["shutdown"]
+        who = "eagle3lab stop" if s["by"] == "eagle3lab" else "the server"
+        print(f"shutdown: line {s['line']} ({who}): {s['marker'][:100]}")
+    facts = {k: v for k, v in report["facts"].items() if isinstance(v, str)}
+    if facts:
+        print("facts: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
+    d = report["drafter"]
+    if d:
+        print(f"drafter: {d['method']} {d['model']} ({d['num_spec_tokens']} tokens), "
+              f"{'loaded' if d['loaded'] else 'no line shows it loaded'}, aux layers "
+              f"{d['aux_layers'] if d['aux_layers'] is not None else 'not logged'}"
+              + (f" (from the {d['aux_layers_from']})" if d["aux_layers_from"] else ""))
     if report["warnings"]:
         print("warnings:")
         for w in report["warnings"]:

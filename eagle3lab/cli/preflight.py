@@ -21,12 +21,14 @@ def add_parser(sub) -> None:
         "the layers it was trained on; flags that change acceptance or stop a start "
         "(draft-tokens, tp-heads, context-length, vocab, launch-dtype); the known start-up "
         "warnings it will trigger. Exit status: 0 no error, 1 at least one error, 2 the "
-        "command could not be judged.",
+        "command could not be judged (not a serving command, bad --speculative-config, or a "
+        "target/drafter hub id that is not in the local cache: NOT JUDGED).",
         parents=[json_option("print one JSON object (engine, version, target, draft, "
                              "capture, aux, findings, ...)")])
     p.add_argument("--engine-version", default=None, metavar="VERSION",
                    help="the engine release to judge for (default: the installed sglang, "
-                   "else the pinned one; vLLM: unknown). SGLang before 0.5.23 is judged "
+                   "else the pinned one; vLLM: the installed one, else judged as 0.25.1, the "
+                   "release its checks were read from). SGLang before 0.5.23 is judged "
                    "with the midlayer loader and the reported capture cases")
     p.add_argument("--trained-aux-layers", default=None, metavar="IDS",
                    help="comma-separated aux layer ids the drafter was trained on, when its "
@@ -72,4 +74,4 @@ def run(args) -> int:
         print(f"eagle3lab preflight: error (not judged): {e}", file=sys.stderr)
         return 2
     print(report.to_json() if args.json else report.table())
-    return 0 if report.ok else 1
+    return report.exit_code

@@ -1,5 +1,8 @@
 """`eagle3lab serve`: the reference server (the offline engine over SGLang's native HTTP
-API, with SGLang-format logs), for running the live-server tooling without a GPU."""
+API, with SGLang-format logs), for running the live-server tooling without a GPU; with
+`--engine vllm|sglang`, a real engine started through eagle3lab's launcher (the launch's
+preflight first, its own process group, its log in a run directory) and watched by its
+watchdog to ready, hung or crashed, then kept up until Ctrl-C, which stops all of it."""
 
 from __future__ import annotations
 
@@ -41,9 +44,112 @@ def add_parser(sub) -> None:
     p.add_argument("--force", action="store_true",
                    help="serve even when the launch's preflight (eagle3lab preflight) finds "
                    "an error")
+    g = p.add_argument_group(
+        "a real engine (--engine vllm or sglang)",
+        "Starts `python -m vllm.entrypoints.cli.main serve` (= `vllm serve`) or "
+        "`python -m sglang.launch_server` with the target, the drafter (--draft, or the "
+        "default one with --speculative), --steps/--topk/--draft-tokens, --host/--port, "
+        "and every argument after `--` passed on verbatim; preflight judges the exact "
+        "command first (an error refuses unless --force); the watchdog says ready, hung "
+        "(with the likely cause) or crashed (with the traceback's last line); Ctrl-C or "
+        "SIGTERM stops the whole process group. docs/vllm.md: vLLM 0.25.1 on an H200.")
+    g.add_argument("--engine", choices=("reference", "vllm", "sglang"), default="reference",
+                   help="reference: the CPU reference server; vllm / sglang: that engine, "
+                   "which must import in --python's environment")
+    g.add_argument("--python", default=None,
+                   help="the interpreter that has the engine (default: this one)")
+    g.add_argument("--no-cuda-graph", action="store_true",
+                   help="vLLM --enforce-eager / SGLang --disable-cuda-graph (faster start, "
+                   "slower decoding)")
+    g.add_argument("--run-dir", default=None,
+                   help="where the log (ENGINE.log), the launch record and the watchdog's "
+                   "verdict go (default: data/runs/serve-ENGINE-TIMESTAMP)")
+    g.add_argument("--start-timeout-s", type=float, default=900.0,
+                   help="give up on a start that is still progressing after this long")
+    g.add_argument("--silence-s", type=float, default=240.0,
+                   help="a start with no new log line for this long (and an idle GPU) is "
+                   "hung")
+    g.add_argument("engine_args", nargs="*", metavar="-- ENGINE_ARGS",
+                   help="arguments for the engine itself, after --, e.g. -- --dtype bfloat16 "
+                   "--max-model-len 2048")
+
+
+def launch_config(args):
+    """The `LaunchConfig` of an `eagle3lab serve --engine vllm|sglang` command line (also
+    what preflight judges for it)."""
+    from eagle3lab.config import TARGET_PRESETS, preset_dir
+    from eagle3lab.server.launch import LaunchConfig
+    from eagle3lab.workdir import drafter_or_default
+
+    target = str(preset_dir(args.target)) if args.target in TARGET_PRESETS else args.target
+    draft = (str(drafter_or_default(args.draft, args.target))
+             if args.speculative or args.draft else None)
+    return LaunchConfig(engine=args.engine, target=target, draft=draft, steps=args.steps,
+                        topk=args.topk, draft_tokens=args.draft_tokens, host=args.host,
+                        port=args.port, cuda_graph=not args.no_cuda_graph,
+                        python=args.python, extra_args=list(args.engine_args))
+
+
+def run_engine(args) -> int:
+    """Start, watch to a verdict, keep it up until Ctrl-C / SIGTERM, stop it."""
+    import datetime as dt
+    import signal
+    import sys
+    import threading
+
+    from eagle3lab.config import runs_dir
+    from eagle3lab.preflight.run import PreflightRefused
+    from eagle3lab.server.launch import start
+    from eagle3lab.server.logs import analyse_log
+    from eagle3lab.server.watch import print_progress
+
+    cfg = launch_config(args)
+    run_dir = args.run_dir or runs_dir() / (
+        f"serve-{args.engine}-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    try:
+        handle = start(cfg, run_dir=run_dir, name=args.engine, force=args.force)
+    except PreflightRefused as e:
+        print(e.report.table(), file=sys.stderr)
+        print(f"eagle3lab serve: error: preflight refuses this launch; fix it or pass "
+              f"--force.", file=sys.stderr)
+        return 1
+    print(f"eagle3lab serve: {' '.join(handle.argv)}\n  log: {handle.log_path}", flush=True)
+    for note in handle.notes:
+        print(f"  note: {note}", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        st = handle.watchdog(silence_s=args.silence_s).wait(
+            timeout_s=args.start_timeout_s, on_change=print_progress)
+        if st["verdict"] != "ready":
+            for c in st.get("causes", []):
+                print(f"  likely cause: {c['cause']}\n  fix: {c['fix']}", file=sys.stderr)
+            print(f"eagle3lab serve: error: {args.engine} did not become ready "
+                  f"({st['verdict']}: {st['reason']}); its log: {handle.log_path}",
+                  file=sys.stderr)
+            return 1
+        print(f"eagle3lab serve: {args.engine} is ready at {handle.url}; Ctrl-C stops it.",
+              flush=True)
+        while not stop.wait(1.0) and handle.running():
+            pass
+    finally:
+        rep = handle.stop()
+    log = analyse_log(handle.log_path, silence_s=1e9)
+    print(f"eagle3lab serve: stopped ({', '.join(rep['signals']) or 'had exited'}); log "
+          f"verdict {log['verdict']}, {len(log['decode'])} decode line(s).", flush=True)
+    return 1 if log["verdict"] == "crashed" else 0
 
 
 def run(args) -> int:
+    if args.engine != "reference":
+        return run_engine(args)
+    if args.engine_args:
+        import sys
+
+        print("eagle3lab serve: error: arguments after -- are for --engine vllm or sglang; "
+              "the reference server takes none.", file=sys.stderr)
+        return 2
     from eagle3lab.server.launch import exposure_note
     from eagle3lab.server.reference import serve
     from eagle3lab.workdir import drafter_or_default

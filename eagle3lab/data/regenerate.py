@@ -19,7 +19,9 @@ With `server=URL` a serving engine generates instead (`eagle3lab.data.remote`): 
 template is still applied here (token ids go out, so the loss mask is exact), the server's
 model must be the target (checked before anything is written), N requests are in flight,
 failed ones are retried with backoff; greedy records equal in-process ones token for
-token. The target's weights are not loaded then (tokenizer and config only).
+token where both round alike (fp32; a bf16 engine's kernels part from transformers' after
+a near-tie: docs/vllm.md). The target's weights are not loaded then (tokenizer and config
+only).
 """
 
 from __future__ import annotations

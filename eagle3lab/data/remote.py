@@ -5,14 +5,28 @@ Prevents three ways regeneration at scale goes wrong when a server does the gene
 (1) a server that templates or tokenizes the text itself (another chat template, another
 tokenizer revision) makes the loss mask inexact: here the chat template is applied locally
 and only token ids are sent (SGLang's native `/generate` with `input_ids`; the OpenAI
-`/v1/completions` with a token-id prompt and vLLM's `return_token_ids`, from
-vllm/entrypoints/openai/protocol.py `CompletionRequest`), and the answer's ids are kept as
-returned; (2) a wrong server (another model behind the URL) writes a file of garbage: the
-server's model identity (`/v1/models` id/root, SGLang's `/get_server_info` or
-`/server_info` or `/model_info` `model_path`) must name the target before anything is
+`/v1/completions` with a token-id prompt and vLLM's `return_token_ids`), and the answer's
+ids are kept as returned; (2) a wrong server (another model behind the URL) writes a file
+of garbage: the server's model identity (`/v1/models` id/root, SGLang's `/get_server_info`
+or `/server_info` or `/model_info` `model_path`) must name the target before anything is
 written; (3) a flaky server kills a long run: failed requests are retried with exponential
 backoff and counted, and answers are handed back in the prompts' order, so the file a
-killed run leaves is a prefix the resume logic continues (never a prompt twice).
+killed run leaves is a prefix the resume logic continues (never a prompt twice); an
+answer the server cut short (finish reason `abort`, e.g. requests aborted while it shuts
+down, or `error`) is a failed attempt, retried, never a record.
+
+The OpenAI route as vLLM 0.25.1 serves it (vllm/entrypoints/openai/completion/):
+`CompletionRequest` (protocol.py:46-160) takes `prompt` as a list of token ids (one
+prompt, used as is: vllm/renderers/inputs/preprocess.py:48-56), `max_tokens`,
+`temperature`, `top_p`, `seed`, `stop_token_ids` (merged with the generation config's
+extra EOS ids, protocol.py:292-302), `skip_special_tokens`, `return_token_ids` and
+`model` (optional; one that is not served is a 404, vllm/entrypoints/serve/engine/
+serving.py:63-68). The answer (serving.py:499-643) carries the generated ids in
+`choices[0].token_ids` (the prompt's in `choices[0].prompt_token_ids`, both only with
+`return_token_ids`), a matched stop token included (vllm/v1/engine/detokenizer.py:108-126),
+and `finish_reason` "stop" | "length" | "abort" ("error" becomes an HTTP error,
+serving.py:525). `/v1/models` lists `id` (the served name) and `root` (the model path)
+(vllm/entrypoints/openai/models/serving.py:66-77).
 """
 
 from __future__ import annotations
@@ -27,6 +41,10 @@ from eagle3lab import asyncutil
 from eagle3lab.errors import UserError
 
 APIS = ("sglang", "openai")
+
+
+class CutShort(Exception):
+    """An answer that ended neither by a stop token nor by the token budget."""
 
 
 class TargetInfo:
@@ -150,21 +168,26 @@ class ServerGenerator:
         return "/v1/completions", body
 
     def _answer(self, obj: Any) -> tuple[list[int], str]:
-        """(output ids incl. a matched stop token, "stop"|"length") from either API."""
+        """(output ids incl. a matched stop token, "stop"|"length") from either API;
+        CutShort for an answer that ended otherwise (aborted: retried)."""
         if self.api == "sglang":
             fr = (obj.get("meta_info") or {}).get("finish_reason") or {}
             ids = list(obj["output_ids"])
-            finish = "stop" if fr.get("type") == "stop" else "length"
+            finish = fr.get("type") or "length"
             matched = fr.get("matched")
             if finish == "stop" and isinstance(matched, int) and (not ids or ids[-1] != matched):
                 ids.append(matched)  # a release that strips the stop token from output_ids
-            return ids, finish
-        ch = obj["choices"][0]
-        if ch.get("token_ids") is None:
-            raise UserError(f"{self.url}/v1/completions returned no token_ids: the server "
-                            f"ignores vLLM's return_token_ids. Use --api sglang for SGLang's "
-                            f"native /generate (token ids in, token ids out).")
-        return list(ch["token_ids"]), "stop" if ch.get("finish_reason") == "stop" else "length"
+        else:
+            ch = obj["choices"][0]
+            if ch.get("token_ids") is None:
+                raise UserError(f"{self.url}/v1/completions returned no token_ids: the "
+                                f"server ignores vLLM's return_token_ids. Use --api sglang "
+                                f"for SGLang's native /generate (token ids in, token ids "
+                                f"out).")
+            ids, finish = list(ch["token_ids"]), ch.get("finish_reason") or "length"
+        if finish not in ("stop", "length"):
+            raise CutShort(f"finish reason {finish!r} after {len(ids)} tokens")
+        return ids, finish
 
     async def _request(self, session, key: str, ids: list[int], sp: dict) -> tuple:
         import aiohttp
@@ -185,7 +208,7 @@ class ServerGenerator:
                     if 400 <= r.status < 500 and r.status not in (408, 429):
                         break  # the request itself is wrong: retrying will not help
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError,
-                    json.JSONDecodeError) as e:
+                    json.JSONDecodeError, CutShort) as e:
                 last = f"{type(e).__name__}: {e}"
         self.stats["failed"] += 1
         raise UserError(f"Prompt {key!r}: {self.url}{path} failed after {attempt + 1} "

@@ -19,6 +19,9 @@ Format = Literal["speculators", "eagle3", "unknown"]
 
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.")
 RECORD_KEY = "eagle3lab"  # our provenance block inside a checkpoint's config.json
+#: The run record eagle3lab's trainer writes beside a drafter (train/checkpoints.py
+#: save_final, pack_drafter): what the data was captured at and the flags training used.
+SIDECAR = "eagle3lab.json"
 #: The config fields of a multi-latent-attention (DeepSeek-V2 MLA) draft layer.
 MLA_DIMS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
             "v_head_dim")
@@ -113,6 +116,7 @@ class DraftConfig:
     raw: dict[str, Any]
     mla: dict[str, int | None] | None = None  # multi-latent attention dims (kv_lora_rank set)
     trained_override: list[int] | None = None  # capture points given by the user (preflight)
+    record_source: str | None = None  # where `record` came from (config.json, eagle3lab.json)
 
     def recorded_capture_points(self) -> list[int] | None:
         """What training recorded (our provenance block), if anything."""
@@ -123,6 +127,36 @@ class DraftConfig:
     def recorded_num_layers(self) -> int | None:
         """The target's layer count as training recorded it, if anything."""
         return ((self.record or {}).get("aux_layers") or {}).get("num_layers")
+
+    def trained_steps(self) -> tuple[int | None, str | None]:
+        """How many positions the drafter was trained to draft (its TTT depth) and where
+        that was read: the record's `ttt_steps`, else speculators'
+        `speculators_config.proposal_methods[0].speculative_tokens` (eagle3lab's trainer
+        writes its ttt_steps there: train/drafter.py build_drafter)."""
+        n = (self.record or {}).get("ttt_steps")
+        if isinstance(n, int) and n > 0:
+            return n, f"ttt_steps ({self.record_source})"
+        methods = get_path(self.raw, ("speculators_config", "proposal_methods"))
+        if isinstance(methods, list) and methods and isinstance(methods[0], dict):
+            n = methods[0].get("speculative_tokens")
+            if isinstance(n, int) and n > 0:
+                return n, "speculators_config.proposal_methods[0].speculative_tokens"
+        return None, None
+
+    def trained_flag(self, flag: str) -> tuple[bool, str, bool]:
+        """(value, where it was read, certain) of a norm-variant flag at training time: the
+        record's engine_profile; else the config (a speculators config always states its
+        flags); else speculators 0.9.0's default, False (models/eagle3/config.py
+        Eagle3SpeculatorConfig), which is what its loader (and eagle3lab's) reads for an
+        absent key: not certain, since another trainer may have meant otherwise."""
+        prof = (self.record or {}).get("engine_profile")
+        if isinstance(prof, dict) and isinstance(prof.get(flag), bool):
+            return prof[flag], f"{self.record_source} engine_profile", True
+        if flag in self.raw or flag in ((self.raw.get("eagle_config") or {})
+                                        if isinstance(self.raw.get("eagle_config"), dict)
+                                        else {}):
+            return bool(self.flags.get(flag)), "config.json", True
+        return False, "absent from config.json: speculators' default", False
 
     def training_capture(self) -> tuple[list[int] | None, str | None]:
         """What training used, as capture points, and where that came from (None: unknown).
@@ -135,7 +169,7 @@ class DraftConfig:
             return list(self.trained_override), "given (--trained-aux-layers)"
         rec = self.recorded_capture_points()
         if rec is not None:
-            return rec, "eagle3lab record"
+            return rec, f"eagle3lab record ({self.record_source})"
         own = "top-level" if self.layout == "speculators" else "eagle_config"
         ids = self.aux_ids.get(own)
         if ids:
@@ -158,7 +192,44 @@ def _ids(v: Any) -> list[int] | None:
     return None if v is None else []  # [] marks "present but not a list of ints"
 
 
-def parse_draft_config(config: dict[str, Any] | None) -> DraftConfig:
+def read_sidecar(directory) -> dict[str, Any] | None:
+    """The training record beside a drafter (eagle3lab.json) in the shape of the config's
+    `eagle3lab` block: `aux_layers` (what the shards were captured at), `engine_profile`
+    (the norm flags training used), `ttt_steps` when recorded; None when absent or
+    unreadable (the doctor then judges by the config alone)."""
+    import json
+    from pathlib import Path
+
+    f = Path(directory) / SIDECAR
+    try:
+        run = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(run, dict):
+        return None
+    drafter = run.get("drafter") if isinstance(run.get("drafter"), dict) else {}
+    aux = get_path(run, ("data", "train", "aux_layers")) or drafter.get("aux")
+    out: dict[str, Any] = {}
+    if isinstance(aux, dict) and isinstance(aux.get("capture_points"), list):
+        out["aux_layers"] = aux
+    if isinstance(drafter.get("engine_profile"), dict):
+        out["engine_profile"] = drafter["engine_profile"]
+    steps = drafter.get("ttt_steps", get_path(run, ("config", "ttt_steps")))
+    if isinstance(steps, int):
+        out["ttt_steps"] = steps
+    return out or None
+
+
+def load_draft_config(directory) -> DraftConfig:
+    """A drafter directory's config.json parsed, with its eagle3lab.json record (the
+    config's own `eagle3lab` block wins where both say something)."""
+    from eagle3lab.formats.reader import read_config
+
+    return parse_draft_config(read_config(directory), sidecar=read_sidecar(directory))
+
+
+def parse_draft_config(config: dict[str, Any] | None, *,
+                       sidecar: dict[str, Any] | None = None) -> DraftConfig:
     config = config or {}
     layout = config_layout(config)
     layer = config.get("transformer_layer_config") if layout == "speculators" else config
@@ -180,6 +251,9 @@ def parse_draft_config(config: dict[str, Any] | None) -> DraftConfig:
     else:
         dvs = config.get("draft_vocab_size")
     archs = config.get("architectures")
+    own = config.get(RECORD_KEY) if isinstance(config.get(RECORD_KEY), dict) else {}
+    record = {**(sidecar or {}), **own}
+    where = [w for w, r in (("config.json", own), (SIDECAR, sidecar)) if r]
     return DraftConfig(
         layout=layout,
         architectures=[str(a) for a in archs] if isinstance(archs, list) else [],
@@ -201,7 +275,8 @@ def parse_draft_config(config: dict[str, Any] | None) -> DraftConfig:
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         flags=flags,
         aux_ids=aux_ids,
-        record=config.get(RECORD_KEY) if isinstance(config.get(RECORD_KEY), dict) else None,
+        record=record or None,
+        record_source=" + ".join(where) or None,
         dtype=str(config.get("dtype") or config.get("torch_dtype") or layer.get("dtype")
                   or layer.get("torch_dtype") or "") or None,
         raw=config,

@@ -39,8 +39,13 @@ CODES: dict[str, tuple[str, str]] = {
         "differently shaped model).", "Fix the config to match the trained weights."),
     "fc-dim": (
         "fc's input width is not num_aux x the target hidden size (1x: the draft was built "
-        "for single-layer features; the engine then skips fc without an error).",
-        "Retrain with three aux layers, or serve with the matching target."),
+        "for single-layer features; SGLang then skips fc without an error, vLLM refuses the "
+        "weight at load), or a drafter that reads the target's last hidden state "
+        "(eagle_config.use_aux_hidden_state false) meets a vLLM model runner that feeds it "
+        "aux states (0.25.1's V2 runner: the start fails).",
+        "Retrain with three aux layers, or serve with the matching target; a last-layer "
+        "drafter on vLLM 0.25.1: a flat config with eagle_config.use_aux_hidden_state false "
+        "and VLLM_USE_V2_MODEL_RUNNER=0."),
     "hidden-size": (
         "The draft hidden size differs from the target's and target_hidden_size does not "
         "account for it (or is null, which SGLang cannot build).",
@@ -50,7 +55,9 @@ CODES: dict[str, tuple[str, str]] = {
         "Use the vocab map the drafter was trained with (never regenerate it)."),
     "aux-layers": (
         "Aux layer ids missing, out of range, duplicated, or where the engine does not read "
-        "them (SGLang reads only eagle_config; vLLM reads the top level; SGLang adds 1).",
+        "them (SGLang reads only eagle_config and adds 1; vLLM 0.25.1 reads the top level, "
+        "its V1 model runner also eagle_config, never shifted), or more/fewer captured "
+        "states than the engine builds fc for.",
         "eagle3lab convert writes the ids where and how the engine reads them."),
     "architecture": (
         "architectures / model type is not what the engine expects for this format.",
@@ -64,8 +71,11 @@ CODES: dict[str, tuple[str, str]] = {
         "Retrain without it, serve with vLLM, or use an engine version that applies it."),
     "norm-variant": (
         "The draft was trained with a normalisation variant (norm_before_residual, "
-        "norm_output) that the engine does not implement.",
-        "Retrain without the variant, or serve with an engine that implements it."),
+        "norm_output) that the engine does not implement, or the engine reads another value "
+        "than training used (vLLM 0.25.1 takes an ABSENT norm_before_residual of a "
+        "speculators config as True; speculators' own loader as False).",
+        "Retrain without the variant, serve with an engine that implements it, or write the "
+        "trained value into config.json."),
     "dtype": ("Mixed dtypes, or float32 weights the engine will cast.",
               "Save in the serving dtype (bfloat16) to halve size and avoid surprises."),
     # Launch-level codes (eagle3lab preflight: the whole serving command, not only the drafter).
@@ -82,15 +92,23 @@ CODES: dict[str, tuple[str, str]] = {
         "own argument parser refuses it.",
         "Fix the flag named in the message; run the engine's --help for its spelling."),
     "unresolved": (
-        "The target or the drafter is a hub id with no local or cached config.json, so the "
-        "checks that need it were not run.",
+        "The target or the drafter is a hub id with no cached config.json (or a URL), so the "
+        "checks that need it were not run: the launch is NOT JUDGED (preflight exit 2).",
         "Download it first (huggingface-cli download ID) or pass a local directory."),
+    "model-path": (
+        "The target or the drafter is written as a local path (it starts with /, . or ~, or "
+        "has more than one /) but is not a directory with a config.json: the engine takes "
+        "it for a hub id, which it is not, and fails to start.",
+        "Fix the path (a typo, a path relative to another directory, a drafter not yet "
+        "trained or copied), or give a hub id."),
     "draft-tokens": (
         "Chain/tree settings the engine overrides or refuses: with topk 1 the draft is a chain "
         "and SGLang forces --speculative-num-draft-tokens to steps + 1; a tree needs more "
-        "draft tokens than one.",
+        "draft tokens than one; vLLM needs num_speculative_tokens > 0; or more draft steps "
+        "than the drafter was trained to draft (its TTT depth: served, but the late "
+        "positions are rarely accepted).",
         "Chain: pass --speculative-num-draft-tokens = steps + 1. Tree: topk > 1 and draft "
-        "tokens between 2 and topk x steps + 1."),
+        "tokens between 2 and topk x steps + 1. Draft at most the trained depth."),
     "tp-heads": (
         "The tensor-parallel size does not divide the attention heads (or the key/value "
         "heads, or is not a multiple of them) of the target or of the drafter: the engine "
@@ -111,8 +129,8 @@ CODES: dict[str, tuple[str, str]] = {
 
 
 #: The codes only `eagle3lab preflight` emits (planted-fault tests in tests/preflight/).
-LAUNCH_CODES = ("aux-capture", "launch-command", "unresolved", "draft-tokens", "tp-heads",
-                "context-length", "launch-dtype", "startup-warning")
+LAUNCH_CODES = ("aux-capture", "launch-command", "unresolved", "model-path", "draft-tokens",
+                "tp-heads", "context-length", "launch-dtype", "startup-warning")
 
 
 @dataclasses.dataclass

@@ -17,27 +17,32 @@ from typing import Any
 
 from eagle3lab.errors import UserError
 from eagle3lab.formats import values
-from eagle3lab.formats.detect import (DraftConfig, canonical_key, detect_format, key_layout, layer_index,
-                     parse_draft_config)
-from eagle3lab.formats.findings import Finding, Report, error, warning
+from eagle3lab.formats.detect import (DraftConfig, canonical_key, detect_format, key_layout,
+                                      layer_index, parse_draft_config, read_sidecar)
+from eagle3lab.formats.findings import Finding, Report, error, info, warning
 from eagle3lab.formats.profiles import (DEFAULT_ENGINE, INPUT_NORM, EngineProfile, capture_range,
                                         drafter_profile, engine_key, get_profile)
 from eagle3lab.formats.reader import Checkpoint
-from eagle3lab.formats.schema import (draft_tensors, engine_capture, engine_param_keys,
-                                      engine_required, engine_target_hidden, flag_read_by, num_aux)
+from eagle3lab.formats.schema import (applies, draft_tensors, engine_capture, engine_ids,
+                                      engine_param_keys, engine_required, engine_target_hidden,
+                                      flag_read_by, num_aux, vllm_uses_aux)
 from eagle3lab.formats.targetinfo import TargetInfo, target_info
 
 
 def inspect_checkpoint(checkpoint: str | os.PathLike, *, target: str | os.PathLike | None = None,
                        engine: str | None = None, check_values: bool = True,
-                       trained_capture: list[int] | None = None) -> Report:
+                       trained_capture: list[int] | None = None,
+                       vllm_runner: str | None = None) -> Report:
     """Inspect a drafter checkpoint directory for `engine` (default: where its format is
     usually served: eagle3 -> sglang, speculators -> vllm). `target`: a directory with the
     target's config.json or a preset name; without it, target checks are skipped.
     `trained_capture`: the capture points training used, when the checkpoint does not record
-    them (or to override its record). A trainer's output is located first
-    (formats/locate.py: speculators' save_path -> its best epoch; SpecForge's step
-    checkpoints are refused with the export command)."""
+    them (or to override its record). `vllm_runner`: "v1" when vLLM 0.25.1 will run its V1
+    model runner (which also reads eagle_config's aux ids); default: the V2 runner, its
+    default for non-MoE targets. The training record beside the checkpoint (eagle3lab.json)
+    is read with its config. A trainer's output is located first (formats/locate.py:
+    speculators' save_path -> its best epoch; SpecForge's step checkpoints are refused with
+    the export command)."""
     from eagle3lab.formats.locate import locate_checkpoint
 
     t0 = time.perf_counter()
@@ -47,22 +52,24 @@ def inspect_checkpoint(checkpoint: str | os.PathLike, *, target: str | os.PathLi
     tinfo: TargetInfo | None = target_info(target) if target is not None else None
     ck = Checkpoint(path)
     try:
-        return _inspect(ck, tinfo, engine, check_values, t0, trained_capture)
+        return _inspect(ck, tinfo, engine, check_values, t0, trained_capture, vllm_runner)
     finally:
         ck.close()
 
 
 def _inspect(ck: Checkpoint, tinfo: TargetInfo | None, engine: str | None, check_values: bool,
-             t0: float, trained_capture: list[int] | None = None) -> Report:
+             t0: float, trained_capture: list[int] | None = None,
+             vllm_runner: str | None = None) -> Report:
     findings: list[Finding] = []
     skipped: list[dict[str, str]] = []
     for p in ck.problems:
         findings.append(error("unreadable", f"{p.file}: {p.message}.", found=p.file))
     keys = list(ck.tensors)
     fmt = detect_format(keys, ck.config)
-    cfg = parse_draft_config(ck.config)
+    cfg = parse_draft_config(ck.config, sidecar=read_sidecar(ck.path))
     cfg.trained_override = list(trained_capture) if trained_capture is not None else None
-    profile = drafter_profile(get_profile(engine or DEFAULT_ENGINE[fmt]), cfg.architectures)
+    profile = drafter_profile(get_profile(engine or DEFAULT_ENGINE[fmt]), cfg.architectures,
+                              vllm_runner=vllm_runner)
     if fmt == "unknown":
         findings.append(error("format-unknown", f"Neither layout recognised: keys "
                               f"{key_layout(keys)!r}, config layout {cfg.layout!r} "
@@ -96,6 +103,21 @@ def _inspect(ck: Checkpoint, tinfo: TargetInfo | None, engine: str | None, check
                   seconds=time.perf_counter() - t0)
 
 
+#: The speculators layer types vLLM 0.25.1 serves EAGLE-3 drafts with (algos.py
+#: update_eagle3: Eagle3LlamaForCausalLM, Eagle3Qwen3ForCausalLM).
+VLLM_LAYERS = ("llama", "qwen3")
+
+#: What an engine does with a small draft vocabulary and no d2t (the missing-keys hint).
+_D2T_HINT = {
+    "sglang": " Without d2t the draft ids are taken as target ids: a smaller draft "
+              "vocabulary then proposes the wrong tokens.",
+    "vllm": " vLLM 0.25.1 then keeps draft_id_to_target_id at zeros "
+            "(model_executor/models/llama_eagle3.py:304-307, :419-420) and maps draft id i "
+            "to target id i (compute_logits, :347-357): every drafted token is the wrong one, "
+            "silently (accept length ~1.0).",
+}
+
+
 def _tensor_order(name: str):
     i = layer_index(canonical_key(name))
     return (0 if i is None else 1, i or 0, name)
@@ -110,6 +132,8 @@ def _structure(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile,
     out += _hidden(cfg, profile, tinfo)
     out += _norm_variants(ck, cfg, profile)
     out += _aux_layers(profile, cfg, tinfo.num_layers if tinfo else None)
+    if profile.name == "vllm":
+        out += _vllm_aux_input(cfg, profile)
     if tinfo is not None:
         if cfg.vocab_size is not None and cfg.vocab_size != tinfo.vocab_size:
             out.append(error("vocab-map", f"The draft config's vocab_size {cfg.vocab_size} is "
@@ -155,10 +179,19 @@ def _layout_and_keys(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile,
                          f"({profile.refusal_effect}); it loads "
                          f"{list(profile.layer_prefixes)}.", tensor=misplaced[0],
                          expected=list(profile.layer_prefixes), found=prefixes))
+    biases = [k for k in unknown if profile.name == "vllm" and k.endswith(".bias")]
+    unknown = [k for k in unknown if k not in biases]
     if unknown:
         out.append(error("unknown-keys", f"{len(unknown)} tensor(s) {profile.name} has no "
                          f"parameter for ({profile.refusal_effect}): {_short(unknown)}.",
                          tensor=unknown[0], found=sorted(unknown)))
+    if biases:
+        out.append(warning("unknown-keys", f"{len(biases)} bias tensor(s) vLLM 0.25.1 has no "
+                           f"parameter for: {_short(biases)}. Its loader ignores an "
+                           f"unexpected '.bias' (AutoWeightsLoader.load_weights, "
+                           f"model_executor/models/utils.py), so they are dropped silently; "
+                           f"set attention_bias in the config if the draft was trained with "
+                           f"them.", tensor=biases[0], found=sorted(biases)))
     n_layers = cfg.num_hidden_layers or 1
     if n_layers > 1 and not profile.multi_layer:
         out.append(error("keys-layout", f"The draft has {n_layers} decoder layers; "
@@ -170,9 +203,12 @@ def _layout_and_keys(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile,
     need = engine_required(profile, cfg, drafted, tinfo.vocab_size if tinfo else None)
     missing = sorted(k for k in need if k not in present)
     if missing:
-        hint = (" Without d2t the draft ids are taken as target ids: a smaller draft "
-                "vocabulary then proposes the wrong tokens (vLLM serves it at accept length "
-                "~1.1)." if "d2t" in missing else "")
+        hint = _D2T_HINT.get(profile.name, _D2T_HINT["sglang"]) if "d2t" in missing else ""
+        if profile.name == "vllm" and [k for k in missing if k != "d2t"]:
+            hint += (" vLLM 0.25.1's EAGLE-3 loader returns no loaded names, so its "
+                     "'weights were not initialized' check does not run "
+                     "(model_executor/model_loader/default_loader.py track_weights_loading): "
+                     "an absent tensor is served uninitialised, without an error.")
         out.append(error("missing-keys", f"{len(missing)} tensor(s) {profile.name} needs are "
                          f"absent: {_short(missing)}.{hint}", tensor=missing[0],
                          expected=missing))
@@ -191,12 +227,14 @@ def _architecture(cfg: DraftConfig, profile: EngineProfile) -> list[Finding]:
             return [error("architecture", f"speculators_model_type is "
                           f"{cfg.raw.get('speculators_model_type')!r}, not 'eagle3'.",
                           expected="eagle3", found=cfg.raw.get("speculators_model_type"))]
-        if profile.name == "vllm" and cfg.layer_model_type != "llama":
-            return [warning("architecture", f"transformer_layer_config.model_type is "
-                            f"{cfg.layer_model_type!r}; the vLLM adapter read maps every "
-                            f"speculators EAGLE-3 config to Eagle3LlamaForCausalLM (Llama "
-                            f"layers): check that your vLLM version has this layer type.",
-                            expected="llama", found=cfg.layer_model_type)]
+        if profile.name == "vllm" and (cfg.layer_model_type or "llama") not in VLLM_LAYERS:
+            return [error("architecture", f"transformer_layer_config.model_type is "
+                          f"{cfg.layer_model_type!r}; vLLM 0.25.1 maps a speculators EAGLE-3 "
+                          f"config to {VLLM_LAYERS} only and raises ValueError('Unsupported "
+                          f"model_type ... for Eagle3 speculator') for any other "
+                          f"(transformers_utils/configs/speculators/algos.py update_eagle3): "
+                          f"the server does not start.", expected=list(VLLM_LAYERS),
+                          found=cfg.layer_model_type)]
         if profile.name != "vllm" and cfg.layer_model_type not in profile.architectures:
             return [error("architecture", f"transformer_layer_config.model_type is "
                           f"{cfg.layer_model_type!r}; {profile.name} builds "
@@ -231,6 +269,8 @@ def _shapes(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile,
                              f"{list(exp.shape)} ({exp.why}).", tensor=k,
                              expected=list(exp.shape), found=list(info.shape)))
     fc = next((k for k in ck.tensors if canonical_key(k) == "fc.weight"), None)
+    if profile.name == "vllm" and not vllm_uses_aux(cfg):
+        fc = None  # no fc is built; `fc.` keys are skipped (llama_eagle3.py:175, :423-424)
     if fc is not None:
         shape = ck.tensors[fc].shape
         if len(shape) != 2:
@@ -246,6 +286,15 @@ def _shapes(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile,
             hint = (" (1x: the draft was built for single-layer features; the engine then "
                     "skips fc whenever the feature width equals the draft's hidden size)"
                     if shape[1] == per else "")
+            if profile.name == "vllm":
+                hint = (f": vLLM 0.25.1 builds fc for {n_aux} x {per} (llama_eagle3.py:175-187"
+                        f": num_aux_hidden_states, else eagle_config's id count, else 3) and "
+                        f"its weight loader refuses a {list(shape)} weight (ReplicatedLinear."
+                        f"weight_loader asserts the size, model_executor/layers/linear.py:369)"
+                        f": the server does not start"
+                        + (". A drafter trained on one layer's features is served by vLLM "
+                           "only as a flat config with eagle_config.use_aux_hidden_state: "
+                           "false (and its V1 model runner)" if shape[1] == per else ""))
             out.append(error("fc-dim", f"fc.weight takes {shape[1]} inputs; {profile.name} "
                              f"feeds {n_aux} aux states of width {per} = {n_aux * per}{hint}.",
                              tensor=fc, expected=n_aux * per, found=shape[1]))
@@ -285,6 +334,9 @@ def _norm_variants(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile) -> 
               ("norm_before_residual", profile.norm_before_residual, False, "norm-variant"),
               ("norm_output", profile.norm_output, False, "norm-variant"))
     for flag, support, has_weights, code in checks:
+        if profile.name == "vllm":
+            out += _vllm_norm_flag(cfg, profile, flag, code, has_weights)
+            continue
         needed = cfg.flags.get(flag, False) or has_weights
         if not needed:
             continue
@@ -306,12 +358,55 @@ def _norm_variants(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile) -> 
     return out
 
 
+#: Where vLLM 0.25.1 reads each norm flag (vllm/model_executor/models/llama_eagle3.py) and
+#: the speculators adapter's default for an absent key (transformers_utils/configs/
+#: speculators/algos.py update_eagle3).
+_VLLM_FLAG_SOURCE = {
+    "norm_before_fc": "llama_eagle3.py:150-154, eagle_config first; algos.py default False",
+    "fc_norm": "llama_eagle3.py:197; algos.py default False",
+    "norm_before_residual": "llama_eagle3.py:69-72; algos.py:35-37 default TRUE when absent",
+    "norm_output": "llama_eagle3.py:218, :252; algos.py default False",
+}
+
+
+def _vllm_norm_flag(cfg: DraftConfig, profile: EngineProfile, flag: str, code: str,
+                    has_weights: bool) -> list[Finding]:
+    """vLLM 0.25.1 implements all four norm variants; what can go wrong is that it reads
+    another value than training used (an absent norm_before_residual is True in its
+    speculators adapter but False in speculators' own loader), or weights of a variant its
+    config does not switch on (input_norm: skipped silently; fc_norm: no such parameter,
+    the load raises)."""
+    served = applies(profile, cfg, flag)
+    trained, where, certain = cfg.trained_flag(flag)
+    src = _VLLM_FLAG_SOURCE[flag]
+    if has_weights and not served:
+        effect = ("vLLM skips input_norm. weights when norm_before_fc is off "
+                  "(llama_eagle3.py:425-426): the draft is served without its input norm"
+                  if flag == "norm_before_fc" else
+                  f"vLLM builds no fc_norm then, so its weights have no parameter and "
+                  f"{profile.refusal_effect}")
+        return [error(code, f"The checkpoint has {flag} weights but vLLM 0.25.1 reads "
+                      f"{flag}=False from this config ({src}): {effect}.", found=flag)]
+    if served == trained:
+        return []
+    msg = f"vLLM 0.25.1 serves this draft with {flag}={served} ({src})"
+    if certain:
+        return [error(code, msg + f", but training used {flag}={trained} ({where}): every "
+                      f"draft forward differs from the trained one, silently (accept length "
+                      f"drops, no error). Write {flag}: {str(trained).lower()} into "
+                      f"config.json.", expected=trained, found=served)]
+    return [warning(code, msg + f", but the key is absent from config.json and nothing "
+                    f"records what training used: speculators 0.9.0's own loader (and "
+                    f"eagle3lab's) reads {trained} (models/eagle3/config.py "
+                    f"Eagle3SpeculatorConfig), vLLM {served}. Write the trained value into "
+                    f"config.json.", expected=trained, found=served)]
+
+
 def _aux_layers(profile: EngineProfile, cfg: DraftConfig,
                 num_layers: int | None) -> list[Finding]:
     """The aux layer ids the engine reads (where, in which convention) against what
     training used: the two conventions, ids the engine ignores, defaults by coincidence."""
     out: list[Finding] = []
-    where = ".".join(profile.aux_ids_path)
     for place, ids in cfg.aux_ids.items():
         if ids == []:
             out.append(error("aux-layers", f"{place} eagle_aux_hidden_state_layer_ids is "
@@ -319,8 +414,11 @@ def _aux_layers(profile: EngineProfile, cfg: DraftConfig,
         elif ids and len(set(ids)) != len(ids):
             out.append(error("aux-layers", f"Aux layer ids {ids} ({place}) repeat a layer.",
                              found=ids))
+    if profile.name == "vllm" and not vllm_uses_aux(cfg):
+        return out  # no aux states feed this drafter (_vllm_aux_input says what does)
     recorded, rec_src = cfg.training_capture()
-    read_ids = cfg.aux_ids.get(profile.aux_place) or None
+    read_ids, read_place = engine_ids(profile, cfg)
+    where = _place_path(read_place)
     capture, is_default = engine_capture(profile, cfg, num_layers)
     if read_ids and num_layers:
         lo, hi = capture_range(profile, num_layers)
@@ -331,21 +429,22 @@ def _aux_layers(profile: EngineProfile, cfg: DraftConfig,
                 f"convention) give capture points {capture}; a {num_layers}-layer target "
                 f"only has {lo}..{hi}. Out of range: {bad}.",
                 expected=[lo, hi], found=read_ids))
-    others = {p: ids for p, ids in cfg.aux_ids.items() if ids and p != profile.aux_place}
+    others = {p: ids for p, ids in cfg.aux_ids.items() if ids and p != read_place}
     if not read_ids and others:
         placed = "; ".join(f"{p}: {ids}" for p, ids in others.items())
+        v1, v1_wrong = _vllm_v1_reading(profile, others, recorded)
         base = (f"Aux layer ids are only where {profile.name} does not read them ({placed}); "
                 f"it reads {where} and falls back to its default capture points")
         if capture is None:
             out.append(error("aux-layers", base + "; without --target it cannot be shown "
-                             "that those equal what training used.", found=others))
+                             f"that those equal what training used{v1}.", found=others))
         elif recorded is not None and recorded != capture:
             out.append(error("aux-layers", base + f" {capture}, but training used {recorded} "
-                             f"({rec_src}).", expected=recorded, found=capture))
+                             f"({rec_src}){v1}.", expected=recorded, found=capture))
         else:
             out.append(warning("aux-layers", base + f" {capture}, which equal what training "
-                               f"used ({rec_src}) only by coincidence; write them to {where}.",
-                               expected=recorded, found=capture))
+                               f"used ({rec_src}) only by coincidence{v1}; write them to "
+                               f"{where}.", expected=recorded, found=capture))
     elif not read_ids and recorded is None:
         shown = f" {capture}" if capture else ""
         out.append(warning("aux-layers", f"No aux layer ids anywhere: {profile.name} uses its "
@@ -356,11 +455,81 @@ def _aux_layers(profile: EngineProfile, cfg: DraftConfig,
             "aux-layers", f"{profile.name} reads {read_ids} from {where} in the "
             f"{profile.aux_convention} convention, i.e. capture points {capture}, but training "
             f"used {recorded} ({rec_src}). Ids were copied between conventions without the "
-            f"+1/-1 shift.", expected=recorded, found=capture))
+            f"+1/-1 shift" + (" (vLLM 0.25.1 does not shift explicit ids: id k captures the "
+                              "input of decoder layer k, model_executor/models/llama.py "
+                              "LlamaModel.forward)" if profile.name == "vllm" else "") + ".",
+            expected=recorded, found=capture))
     elif not read_ids and recorded is not None and capture is not None and capture != recorded:
         out.append(error("aux-layers", f"No ids where {profile.name} reads them ({where}): it "
                          f"captures its defaults {capture}, but training used {recorded} "
                          f"({rec_src}).", expected=recorded, found=capture))
+    if profile.fc_num_aux == "vllm" and vllm_uses_aux(cfg):
+        n_fc, n_cap = num_aux(cfg, profile), len(read_ids) if read_ids else 3
+        if n_fc != n_cap:
+            out.append(error("aux-layers", f"vLLM 0.25.1 captures {n_cap} aux state(s) "
+                             f"({where if read_ids else 'its 3 defaults'}) but builds fc for "
+                             f"{n_fc} (num_aux_hidden_states, else the count of eagle_config's "
+                             f"ids, else 3: llama_eagle3.py:175-187; the top-level ids are not "
+                             f"counted): their concatenation does not fit fc and the first "
+                             f"draft forward fails.", expected=n_fc, found=n_cap))
+    return out
+
+
+def _place_path(place: str) -> str:
+    return ("eagle_config." if place == "eagle_config" else "") + \
+        "eagle_aux_hidden_state_layer_ids"
+
+
+def _vllm_v1_reading(profile: EngineProfile, others: dict[str, list[int]],
+                     recorded: list[int] | None) -> tuple[str, bool]:
+    """The clause about vLLM's V1 model runner, which reads eagle_config's ids (unshifted)
+    where the V2 runner judged here does not; and whether those differ from training."""
+    ids = others.get("eagle_config")
+    if profile.name != "vllm" or profile.aux_ids_fallback or not ids:
+        return "", False
+    v1 = [int(i) for i in ids]
+    wrong = recorded is not None and v1 != recorded
+    return (f" (this is vLLM 0.25.1's V2 model runner, its default for non-MoE targets: "
+            f"v1/worker/gpu/spec_decode/eagle/eagle3_utils.py; its V1 runner "
+            f"(VLLM_USE_V2_MODEL_RUNNER=0, MoE targets, pipeline parallelism) reads eagle_config's "
+            f"ids unshifted, capture points {v1}" + (", which is NOT what training used"
+                                                    if wrong else "") + ")"), wrong
+
+
+def _vllm_aux_input(cfg: DraftConfig, profile: EngineProfile) -> list[Finding]:
+    """What vLLM 0.25.1 feeds a drafter that reads one layer's state (EAGLE-1/2 style,
+    `eagle_config.use_aux_hidden_state: false`), and such a switch where vLLM never reads
+    it."""
+    out: list[Finding] = []
+    if not vllm_uses_aux(cfg):
+        if profile.aux_ids_fallback:  # the V1 runner
+            out.append(info("fc-dim", "eagle_config.use_aux_hidden_state is false: vLLM "
+                            "0.25.1's V1 model runner captures no aux states and feeds the "
+                            "drafter the target's final (normed) hidden state "
+                            "(v1/worker/gpu_model_runner.py:625-628); no fc is built "
+                            "(llama_eagle3.py:175) and fc. weights are skipped (:423-424)."))
+        else:
+            out.append(error("fc-dim", "eagle_config.use_aux_hidden_state is false (a drafter "
+                             "that reads the target's last hidden state, no fc). vLLM 0.25.1's "
+                             "V2 model runner, its default for non-MoE targets, captures aux "
+                             "states for every eagle3 launch (v1/worker/gpu/model_runner.py:"
+                             "196-198) and copies their concatenation, 3 x hidden wide, into "
+                             "the drafter's hidden-wide input buffer (v1/worker/gpu/"
+                             "spec_decode/autoregressive/speculator.py:168-173), which its "
+                             "start-up dummy run already does: the server does not start. "
+                             "Serve it with VLLM_USE_V2_MODEL_RUNNER=0 (the V1 runner feeds it "
+                             "the final normed hidden state).", expected=True, found=False))
+    eagle = cfg.raw.get("eagle_config") if isinstance(cfg.raw.get("eagle_config"), dict) else {}
+    ignored = [w for w, d in (("the top level", cfg.raw),
+                              ("eagle_config of a speculators config",
+                               eagle if cfg.layout == "speculators" else {}))
+               if d.get("use_aux_hidden_state") is False]
+    if ignored:
+        out.append(warning("fc-dim", f"use_aux_hidden_state: false at {ignored[0]}, where vLLM "
+                           f"0.25.1 does not read it (only a flat config's eagle_config: "
+                           f"llama_eagle3.py:145-149; the speculators adapter passes no "
+                           f"eagle_config on, algos.py update_eagle3): it builds fc and feeds "
+                           f"the drafter aux states.", found=ignored[0]))
     return out
 
 
@@ -368,7 +537,9 @@ def _aux_summary(profile: EngineProfile, cfg: DraftConfig,
                  num_layers: int | None) -> dict[str, Any]:
     capture, is_default = engine_capture(profile, cfg, num_layers)
     recorded, src = cfg.training_capture()
-    return {"engine_reads": ".".join(profile.aux_ids_path), "convention": profile.aux_convention,
+    reads = ".".join(profile.aux_ids_path) + "".join(
+        f", else {_place_path(p)}" for p in profile.aux_ids_fallback)
+    return {"engine_reads": reads, "convention": profile.aux_convention,
             "engine_capture_points": capture, "engine_default": is_default,
             "training_capture_points": recorded, "training_source": src}
 

@@ -82,7 +82,8 @@ def load_as(checkpoint: str | os.PathLike, engine: str, *,
     for key in ck.tensors:
         ek = engine_key(profile, key)
         if ek not in params:
-            if profile.unknown_keys == "raise":
+            if profile.unknown_keys == "raise" and not (profile.name == "vllm"
+                                                        and key.endswith(".bias")):
                 raise EngineRefusal(f"{profile.name} has no parameter for {key!r} and raises "
                                     f"while loading ({profile.refusal_effect}).")
             dropped.append(key)
@@ -120,6 +121,12 @@ def load_as(checkpoint: str | os.PathLike, engine: str, *,
             state[name] = FRESH_STD * torch.randn(shape, generator=gen)
         sources[name] = "fresh"
     notes = _swap_in_target(profile, cfg, state, sources, target)
+    vocab = cfg.vocab_size or (tinfo.vocab_size if tinfo else None)
+    if hot is None and profile.name == "vllm" and cfg.draft_vocab_size and vocab and \
+            cfg.draft_vocab_size < vocab:
+        hot = torch.arange(cfg.draft_vocab_size)  # draft_id_to_target_id stays zeros
+        notes.append("No d2t: vLLM keeps draft_id_to_target_id at zeros, so draft id i is "
+                     "served as target id i (llama_eagle3.py:304-307, :419-420).")
     n_layers = tinfo.num_layers if tinfo else cfg.recorded_num_layers()
     capture, default = engine_capture(profile, cfg, n_layers)
     if default:

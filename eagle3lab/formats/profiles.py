@@ -24,15 +24,33 @@ Sources read (public code; paths inside each project):
   layer is the attribute `midlayer`, there is no rename, no input_norm, no fc_norm, no
   norm_output: `layers.0.*` and `input_norm.weight` are dropped silently. Profile "sglang"
   is the portable one: what loads correctly on BOTH generations.
-- vLLM: vllm/model_executor/models/llama_eagle3.py (`midlayer.` -> `layers.0.`, t2d skipped,
-  d2t -> draft_id_to_target_id, `params_dict[name]` raises KeyError on unknown names;
-  fc in = target_hidden_size * 3), vllm/transformers_utils/configs/speculators/algos.py
-  (speculators configs are flattened; architectures -> Eagle3LlamaForCausalLM; top-level
-  aux ids kept), vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py (explicit ids read
-  from the draft config's top-level `eagle_aux_hidden_state_layer_ids`, not shifted),
-  vllm/v1/spec_decode/llm_base_proposer.py (the target's embedding/head are shared only when
-  the checkpoint has none of its own), model_executor/models/registry.py
-  (`_SPECULATIVE_DECODING_MODELS`), release note of vLLM PR 42143 (norm_before_fc read).
+- vLLM 0.25.1 (the release served on the H200; every fact read in its wheel's source):
+  vllm/model_executor/models/llama_eagle3.py (`Eagle3LlamaForCausalLM.load_weights`:
+  `midlayer.` -> `layers.0.`, t2d skipped, d2t -> draft_id_to_target_id, which stays ZEROS
+  when the checkpoint has no d2t, so draft id i is served as target id i (:304-307,
+  :387-391, :419-420, compute_logits :347-357); `input_norm.` skipped unless norm_before_fc,
+  `fc.` skipped without aux states (:423-426); the loader returns no names, so vLLM's
+  "weights were not initialized" check (model_loader/default_loader.py
+  track_weights_loading) never runs and a missing tensor is served uninitialised;
+  `LlamaModel`: use_aux_hidden_state and norm_before_fc read from eagle_config first
+  (:145-154), fc in = target_hidden_size x (num_aux_hidden_states, else
+  len(eagle_config ids), else 3) (:175-187), fc_norm (:197-206), norm_output (:218, :252);
+  the decoder layer's norm_before_residual (:69-72)), model_executor/models/utils.py
+  (`AutoWeightsLoader`: a name with no parameter raises ValueError "There is no module or
+  parameter named ..."), vllm/transformers_utils/configs/speculators/algos.py
+  (`update_eagle3`: the transformer_layer_config flattened with draft_vocab_size,
+  target_hidden_size, norm_before_residual DEFAULTING TO TRUE when absent, norm_before_fc /
+  fc_norm / norm_output defaulting to False, architectures from the layer's model_type
+  (llama, qwen3; anything else raises), aux ids copied only when truthy),
+  vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py (the V2 model runner, 0.25.1's
+  default for non-MoE targets: explicit ids read from the top-level
+  `eagle_aux_hidden_state_layer_ids` only, not shifted) and
+  vllm/v1/worker/gpu_model_runner.py `_get_eagle3_aux_layers_from_config` (the V1 runner:
+  top level, else eagle_config's ids, not shifted), model_executor/models/llama.py +
+  interfaces.py (capture point k = the input of decoder layer k; default (2, N//2, N-3)),
+  vllm/v1/spec_decode/llm_base_proposer.py and v1/worker/gpu/spec_decode/eagle/utils.py
+  (the target's embedding/head are shared only when the checkpoint has none of its own),
+  model_executor/models/registry.py (`_SPECULATIVE_DECODING_MODELS`).
 - speculators 0.9.0: speculators/models/eagle3/core.py (`Eagle3DraftModel`: `layers.N.*`,
   `_keys_to_ignore_on_load_missing`), model.py (HF `from_pretrained`: unexpected keys are
   logged and ignored, missing ones initialised), models/utils.py (`resolve_target_layer_ids`:
@@ -82,7 +100,8 @@ class EngineProfile:
     aux_ids_path: tuple[str, ...]  # where explicit aux layer ids are read
     aux_convention: Literal["sglang", "vllm"]  # sglang: capture = id + 1; vllm: capture = id
     aux_capture_max_offset: int  # highest capture point = num_layers - 1 + this
-    fc_num_aux: Literal["fixed3", "config"]  # fc width from 3, or from the id list length
+    fc_num_aux: Literal["fixed3", "config", "vllm"]  # fc width from 3, the id list length,
+    # or vLLM's rule (num_aux_hidden_states, else eagle_config ids, else 3: schema.num_aux)
     qkv_bias: Literal["never", "config"]
     input_norm: Support  # norm_before_fc (one RMSNorm over the concatenated aux states)
     input_norm_flag_paths: tuple[tuple[str, ...], ...]
@@ -93,6 +112,8 @@ class EngineProfile:
     multi_layer: bool  # loads layers.1.. (num_hidden_layers > 1)
     casts_float32: bool  # serves in the model dtype (bf16/fp16): float32 weights are cast
     refusal_effect: str  # what the user sees when a key is refused/dropped
+    aux_ids_fallback: tuple[str, ...] = ()  # places (auxlayers.PLACES) read when aux_place has
+    # no ids, in the same convention (vLLM's V1 runner: eagle_config)
 
     @property
     def aux_place(self) -> str:
@@ -159,7 +180,8 @@ SGLANG_0523_MLA = dataclasses.replace(
 
 VLLM = EngineProfile(
     name="vllm",
-    title="vLLM (Eagle3LlamaForCausalLM; speculators configs via its adapter)",
+    title="vLLM 0.25.1 (Eagle3LlamaForCausalLM; speculators configs via its adapter; the V2 "
+          "model runner, its default for non-MoE targets)",
     config_layout="flat",  # speculators configs are flattened by vLLM's adapter
     layer_prefixes=("midlayer.", "layers.0."),
     key_renames=(("midlayer.", "layers.0."),),
@@ -168,18 +190,28 @@ VLLM = EngineProfile(
     aux_ids_path=("eagle_aux_hidden_state_layer_ids",),
     aux_convention="vllm",
     aux_capture_max_offset=1,  # id N = the last layer's output (speculators' --include-last-layer)
-    fc_num_aux="fixed3",
+    fc_num_aux="vllm",
     qkv_bias="config",
     input_norm="config",
-    input_norm_flag_paths=(("norm_before_fc",), ("eagle_config", "norm_before_fc")),
-    fc_norm="unverified",
+    input_norm_flag_paths=(("eagle_config", "norm_before_fc"), ("norm_before_fc",)),
+    fc_norm="config",
     norm_before_residual="config",
-    norm_output="unverified",
+    norm_output="config",
     embedding="own-else-target",
     multi_layer=True,
     casts_float32=True,
-    refusal_effect="vLLM raises KeyError while loading and the server does not start",
+    refusal_effect="vLLM raises ValueError ('There is no module or parameter named ...', "
+                   "vllm/model_executor/models/utils.py AutoWeightsLoader) while loading and "
+                   "the server does not start",
 )
+
+#: vLLM 0.25.1 under its V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0, MoE targets, pipeline
+#: parallelism): explicit ids from the top level, else from eagle_config, neither shifted
+#: (vllm/v1/worker/gpu_model_runner.py _get_eagle3_aux_layers_from_config). Not a choice of
+#: `eagle3lab inspect --engine`: preflight picks it for a launch that runs the V1 runner.
+VLLM_V1 = dataclasses.replace(
+    VLLM, title="vLLM 0.25.1, V1 model runner (aux ids also read from eagle_config)",
+    aux_ids_fallback=("eagle_config",))
 
 SPECULATORS = EngineProfile(
     name="speculators",
@@ -221,12 +253,16 @@ def get_profile(engine: str) -> EngineProfile:
     return PROFILES[engine]
 
 
-def drafter_profile(profile: EngineProfile, architectures) -> EngineProfile:
+def drafter_profile(profile: EngineProfile, architectures, *,
+                    vllm_runner: str | None = None) -> EngineProfile:
     """The profile of the drafter class the engine picks from `architectures[0]`: SGLang
-    0.5.23 builds the MLA drafter with its own loader (SGLANG_0523_MLA)."""
+    0.5.23 builds the MLA drafter with its own loader (SGLANG_0523_MLA); vLLM's V1 model
+    runner (`vllm_runner="v1"`) also reads eagle_config's aux ids (VLLM_V1)."""
     first = architectures[0] if architectures else None
     if profile.name == SGLANG_0523.name and first == MLA_ARCHITECTURE:
         return SGLANG_0523_MLA
+    if profile.name == VLLM.name and vllm_runner == "v1":
+        return VLLM_V1
     return profile
 
 

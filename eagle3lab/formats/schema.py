@@ -23,10 +23,53 @@ class Expect:
     why: str = ""
 
 
+def vllm_view(cfg: DraftConfig) -> dict:
+    """The config vLLM 0.25.1 builds the drafter from. A speculators config is flattened as
+    vllm/transformers_utils/configs/speculators/algos.py `update_eagle3` does: its
+    transformer_layer_config, plus draft_vocab_size, target_hidden_size (when not None),
+    norm_before_residual (True when ABSENT), norm_before_fc, fc_norm and norm_output (False
+    when absent), and the aux ids only when truthy; nothing else of the top level (no
+    eagle_config, no num_aux_hidden_states, no use_aux_hidden_state) reaches the model.
+    Any other config is read as it is (vllm/transformers_utils/configs/eagle.py)."""
+    if cfg.layout != "speculators":
+        return cfg.raw
+    raw = cfg.raw
+    layer = raw.get("transformer_layer_config")
+    view = dict(layer) if isinstance(layer, dict) else {}
+    view["draft_vocab_size"] = raw.get("draft_vocab_size")
+    if raw.get("target_hidden_size") is not None:
+        view["target_hidden_size"] = raw["target_hidden_size"]
+    view["norm_before_residual"] = raw.get("norm_before_residual", True)
+    for flag in ("norm_before_fc", "fc_norm", "norm_output"):
+        view[flag] = raw.get(flag, False)
+    if raw.get("eagle_aux_hidden_state_layer_ids"):
+        view["eagle_aux_hidden_state_layer_ids"] = raw["eagle_aux_hidden_state_layer_ids"]
+    return view
+
+
+def vllm_eagle_config(cfg: DraftConfig) -> dict:
+    eagle = vllm_view(cfg).get("eagle_config")
+    return eagle if isinstance(eagle, dict) else {}
+
+
+def vllm_uses_aux(cfg: DraftConfig) -> bool:
+    """vLLM 0.25.1 reads use_aux_hidden_state from eagle_config only (default True):
+    llama_eagle3.py:145-149, v1/spec_decode/llm_base_proposer.py
+    _get_eagle3_use_aux_hidden_state_from_config."""
+    return bool(vllm_eagle_config(cfg).get("use_aux_hidden_state", True))
+
+
 def num_aux(cfg: DraftConfig, profile: EngineProfile) -> int:
     """How many aux states the engine's fc expects."""
     if profile.fc_num_aux == "fixed3":
         return 3
+    if profile.fc_num_aux == "vllm":  # llama_eagle3.py:175-182
+        view = vllm_view(cfg)
+        explicit = view.get("num_aux_hidden_states")
+        if isinstance(explicit, int) and not isinstance(explicit, bool):
+            return explicit
+        ids = vllm_eagle_config(cfg).get("eagle_aux_hidden_state_layer_ids")
+        return len(ids) if isinstance(ids, list) and ids else 3
     explicit = cfg.raw.get("num_aux_hidden_states")
     if isinstance(explicit, int):
         return explicit
@@ -39,10 +82,20 @@ def engine_capture(profile: EngineProfile, cfg: DraftConfig,
                    num_layers: int | None) -> tuple[list[int] | None, bool]:
     """Capture points the engine will use and whether they are its defaults: the ids where
     it reads them, in its convention; else its defaults (None without the layer count)."""
-    ids = cfg.aux_ids.get(profile.aux_place)
+    ids = engine_ids(profile, cfg)[0]
     if ids:
         return ids_to_capture(ids, profile.aux_convention), False
     return (default_capture_points(num_layers) if num_layers else None), True
+
+
+def engine_ids(profile: EngineProfile, cfg: DraftConfig) -> tuple[list[int] | None, str]:
+    """The explicit aux ids the engine reads and where: its place, else its fallbacks
+    (vLLM's V1 runner: eagle_config); (None, its place) when it reads none."""
+    for place in (profile.aux_place, *profile.aux_ids_fallback):
+        ids = cfg.aux_ids.get(place)
+        if ids:
+            return ids, place
+    return None, profile.aux_place
 
 
 def engine_target_hidden(cfg: DraftConfig) -> int | None:
@@ -52,12 +105,26 @@ def engine_target_hidden(cfg: DraftConfig) -> int | None:
 
 def flag_read_by(profile: EngineProfile, cfg: DraftConfig, what: str) -> bool:
     """Whether the config sets a variant flag where this engine reads it."""
+    if profile.name == "vllm":
+        return vllm_flag(cfg, what)
     if what == "norm_before_fc":
         return any(bool(get_path(cfg.raw, p)) for p in profile.input_norm_flag_paths)
     if what == "fc_norm":
         return bool(cfg.raw.get("fc_norm") or (profile.name.startswith("sglang")
                                                 and cfg.raw.get("use_aux_norm")))
     return bool(cfg.raw.get(what))
+
+
+def vllm_flag(cfg: DraftConfig, what: str) -> bool:
+    """A norm-variant flag as vLLM 0.25.1 reads it from `vllm_view`: norm_before_fc from
+    eagle_config first, then the config (llama_eagle3.py:150-154); fc_norm, norm_output and
+    norm_before_residual from the config, False when absent there (:69, :197, :218); for a
+    speculators config the view already holds update_eagle3's defaults."""
+    view = vllm_view(cfg)
+    if what == "norm_before_fc":
+        return bool(vllm_eagle_config(cfg).get("norm_before_fc",
+                                               view.get("norm_before_fc", False)))
+    return bool(view.get(what, False))
 
 
 def applies(profile: EngineProfile, cfg: DraftConfig, what: str) -> bool:
@@ -177,6 +244,10 @@ def engine_required(profile: EngineProfile, cfg: DraftConfig, drafted: dict[str,
         V = cfg.vocab_size or target_vocab
         if cfg.draft_vocab_size is not None and V is not None and cfg.draft_vocab_size >= V:
             need.pop("lm_head.weight", None)  # vLLM shares the target's head when absent
+        # vLLM never reads t2d: its loader skips it (vllm/model_executor/models/
+        # llama_eagle3.py load_weights, 0.25.1). Measured on an H200: the shipped drafter
+        # without t2d served at accept length 2.05, as with it (docs/vllm.md).
+        need.pop("t2d", None)
     if not applies(profile, cfg, "norm_before_fc"):
         need.pop(INPUT_NORM, None)
     if not applies(profile, cfg, "fc_norm"):
@@ -185,4 +256,8 @@ def engine_required(profile: EngineProfile, cfg: DraftConfig, drafted: dict[str,
     if not profile.multi_layer:
         for k in [k for k in need if k.startswith("layers.") and not k.startswith("layers.0.")]:
             need.pop(k)
+    if profile.name == "vllm" and not vllm_uses_aux(cfg):
+        for k in [k for k in need if k == "fc.weight" or k == INPUT_NORM
+                  or k.startswith("fc_norm.")]:
+            need.pop(k)  # no fc is built (llama_eagle3.py:175)
     return need

@@ -5,7 +5,9 @@ on a GPU node or silently cap acceptance: a target class the engine does not cap
 (`aux-capture`), chain/tree settings the engine overrides or refuses (`draft-tokens`), a tp
 size that does not divide the heads (`tp-heads`), a context longer than the drafter or the
 target supports (`context-length`), a draft vocabulary larger than the target's
-(`vocab-map`), a serving dtype that differs from the weights' (`launch-dtype`), and the
+(`vocab-map`), a serving dtype that differs from the weights' (`launch-dtype`), more draft
+steps than the drafter was trained for or a vLLM launch without num_speculative_tokens
+(`draft-tokens`), vLLM 0.25.1's model runner for the launch (`vllm_runner`), and the
 start-up messages this command will make the engine print (`startup-warning`, from the
 log reader's catalogue, eagle3lab/server/warnings.py). Each function takes plain values and
 returns `Finding`s of the doctor's type (eagle3lab/formats/findings.py).
@@ -44,12 +46,17 @@ def capture_findings(v: CaptureVerdict, *, text_arch: str | None) -> list[Findin
     return []
 
 
-def draft_token_findings(spec: LaunchSpec) -> list[Finding]:
-    """draft-tokens: SGLang (and the reference server) verify steps + 1 tokens in a chain."""
-    if spec.engine == "vllm" or not spec.speculative:
+def draft_token_findings(spec: LaunchSpec, *, trained_steps: int | None = None,
+                         trained_source: str | None = None) -> list[Finding]:
+    """draft-tokens: SGLang (and the reference server) verify steps + 1 tokens in a chain;
+    vLLM needs num_speculative_tokens > 0; more draft steps than the drafter was trained to
+    draft (its TTT depth) serve, with little acceptance at the late positions."""
+    if not spec.speculative:
         return []
+    out = _trained_depth_findings(spec, trained_steps, trained_source)
+    if spec.engine == "vllm":
+        return _vllm_spec_tokens(spec) + out
     S, K, D = spec.steps, spec.topk, spec.draft_tokens
-    out: list[Finding] = []
     if K == 1 and S is not None and D is not None and D != S + 1:
         out.append(warning("draft-tokens", f"--speculative-eagle-topk 1 is a chain: SGLang "
                            f"forces --speculative-num-draft-tokens {D} to steps + 1 = {S + 1} "
@@ -61,6 +68,73 @@ def draft_token_findings(spec: LaunchSpec) -> list[Finding]:
                          f"{K * S + 1} nodes; --speculative-num-draft-tokens {D} is outside "
                          f"2..{K * S + 1}.", expected=[2, K * S + 1], found=D))
     return out
+
+
+def _vllm_spec_tokens(spec: LaunchSpec) -> list[Finding]:
+    """vllm/config/speculative.py (0.25.1): num_speculative_tokens is a pydantic field with
+    gt=0, and `_verify_args` raises ValueError when it is None (an EAGLE-3 drafter has no
+    n_predict to default it from)."""
+    n = spec.steps
+    if n is None:
+        return [error("draft-tokens", "--speculative-config has no num_speculative_tokens: "
+                      "vLLM 0.25.1 refuses to start (ValueError 'num_speculative_tokens must "
+                      "be provided with speculative model', config/speculative.py "
+                      "_verify_args). Add \"num_speculative_tokens\": N.", expected="> 0")]
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return [error("draft-tokens", f"num_speculative_tokens {n!r}: vLLM 0.25.1 needs an "
+                      f"integer > 0 (config/speculative.py: Field(gt=0)) and refuses to "
+                      f"start.", expected="> 0", found=n)]
+    return []
+
+
+def _trained_depth_findings(spec: LaunchSpec, trained: int | None,
+                            source: str | None) -> list[Finding]:
+    """More draft steps than the TTT depth: neither engine checks it (vLLM 0.25.1 accepts
+    any num_speculative_tokens > 0 for eagle3 whatever the drafter's speculators_config
+    says: that value is read only when the drafter itself is the served model,
+    transformers_utils/config.py maybe_override_with_speculators), so the late positions
+    are drafted from states the drafter never learned from."""
+    n = spec.steps
+    if not trained or not isinstance(n, int) or isinstance(n, bool) or n <= trained:
+        return []
+    flag = "num_speculative_tokens" if spec.engine == "vllm" else "--speculative-num-steps"
+    return [warning("draft-tokens", f"{flag} {n} drafts more positions than the drafter was "
+                    f"trained for ({trained}: {source}). The engine serves it, but positions "
+                    f"{trained + 1}..{n} are drafted from the drafter's own states beyond its "
+                    f"training depth: their acceptance falls and each still costs a draft "
+                    f"forward. Use {flag} <= {trained}, or retrain with ttt_steps >= {n}.",
+                    expected=trained, found=n)]
+
+
+#: vLLM 0.25.1's model runner for this launch: config/vllm.py `use_v2_model_runner`
+#: (VLLM_USE_V2_MODEL_RUNNER, else V2 for a non-MoE target unless a feature V2 lacks is
+#: on, e.g. EAGLE-3 with pipeline parallelism), `_is_default_v2_model_runner_model`
+#: (DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES), model_arch_config_convertor.py get_num_experts.
+V2_MOE_ARCHITECTURES = ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM")
+_EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")
+
+
+def vllm_runner(spec: LaunchSpec, *, target_cfg: dict | None,
+                env: dict[str, str] | None = None) -> tuple[str, str]:
+    """("v1" | "v2", why) for a vLLM 0.25.1 launch."""
+    env = {**(spec.flags.get("env") or {}), **(env or {})}
+    value = env.get("VLLM_USE_V2_MODEL_RUNNER")
+    if value is not None:
+        on = value.strip().lower() in ("1", "true", "yes")
+        return ("v2" if on else "v1"), f"VLLM_USE_V2_MODEL_RUNNER={value}"
+    if (spec.flags.get("pipeline_parallel_size") or 1) > 1:
+        return "v1", "EAGLE-3 with pipeline parallelism runs the V1 model runner " \
+                     "(config/vllm.py _get_v2_model_runner_unsupported_features)"
+    text = (target_cfg or {}).get("text_config") if isinstance(
+        (target_cfg or {}).get("text_config"), dict) else (target_cfg or {})
+    archs = (target_cfg or {}).get("architectures") or []
+    moe = any(isinstance(text.get(k), (int, list)) and text.get(k) for k in _EXPERT_KEYS)
+    if moe and not any(a in V2_MOE_ARCHITECTURES for a in archs):
+        return "v1", "a MoE target runs vLLM 0.25.1's V1 model runner by default " \
+                     "(config/vllm.py use_v2_model_runner)"
+    unread = "" if target_cfg else "; the target was not read: a MoE target gets V1"
+    return "v2", "vLLM 0.25.1's default for a non-MoE target (config/vllm.py " \
+                 f"use_v2_model_runner; VLLM_USE_V2_MODEL_RUNNER=0 picks V1{unread})"
 
 
 def _heads(cfg: dict[str, Any]) -> tuple[int | None, int | None]:

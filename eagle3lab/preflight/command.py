@@ -13,15 +13,20 @@ way each engine reads it, not re-typed by hand into another tool.
   `--speculative-eagle-topk`, `--speculative-num-draft-tokens`; parallel.py `--tp-size`
   alias `--tensor-parallel-size`; argparse's prefix matching makes `--tp` work, as in
   SGLang), with the values the user typed (SGLang may override some: checks.py says so).
-- vLLM (`vllm serve MODEL ...`, `python -m vllm.entrypoints.openai.api_server ...`): vLLM
-  cannot be installed here, so a small argparse mirrors the flags of
+- vLLM (`vllm serve MODEL ...`, `python -m vllm.entrypoints.cli.main serve MODEL ...` (the
+  `vllm` script's module), `python -m vllm.entrypoints.openai.api_server ...`): vLLM
+  cannot be installed here, so a small argparse mirrors the flags of vLLM 0.25.1's
   vllm/engine/arg_utils.py `EngineArgs.add_cli_args` (`--model`, `--tensor-parallel-size`
-  / `-tp`, `--max-model-len`, `--dtype`, `--trust-remote-code`, `--revision`,
-  `--speculative-config` as JSON) and vllm/entrypoints/cli/serve.py (the model as the
-  positional `model_tag`); vLLM's FlexibleArgumentParser (vllm/utils) accepts
-  `--flag_name` for `--flag-name`, so underscores are normalised. The speculative config
-  keys read: `method`, `model`, `num_speculative_tokens`, `draft_tensor_parallel_size`,
-  `max_model_len` (vllm/config/speculative.py `SpeculativeConfig`).
+  / `-tp`, `--pipeline-parallel-size` / `-pp`, `--max-model-len`, `--dtype`,
+  `--trust-remote-code`, `--speculative-config` / `-sc` as JSON),
+  vllm/entrypoints/openai/cli_args.py (`--host`, `--port`) and
+  vllm/entrypoints/cli/serve.py (the model as the positional `model_tag`); vLLM's
+  FlexibleArgumentParser (vllm/utils) accepts `--flag_name` for `--flag-name`, so
+  underscores are normalised. The speculative config keys read: `method`, `model`,
+  `num_speculative_tokens`, `draft_tensor_parallel_size`, `max_model_len`
+  (vllm/config/speculative.py `SpeculativeConfig`).
+- Environment assignments before the command (`VLLM_USE_V2_MODEL_RUNNER=0 vllm serve ...`,
+  `env A=B ...`) are kept in `flags["env"]`: vLLM 0.25.1 picks its model runner from one.
 - `eagle3lab serve` (the reference server): eagle3lab's own parser.
 """
 
@@ -79,8 +84,8 @@ def detect_engine(argv: list[str]) -> tuple[str, list[str]]:
             return "sglang", argv[i + 2:]
         if tok in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server"):
             return "vllm", argv[i + 1:]
-        if base == "vllm" and nxt == "serve":
-            return "vllm", argv[i + 2:]
+        if (base == "vllm" or tok == "vllm.entrypoints.cli.main") and nxt == "serve":
+            return "vllm", argv[i + 2:]  # the `vllm` script, or its module (-m)
         if base == "eagle3lab" and nxt == "serve":
             return "reference", argv[i + 2:]
     shown = " ".join(argv[:6]) + (" ..." if len(argv) > 6 else "")
@@ -122,11 +127,27 @@ def _vllm_parser() -> _Parser:
     p.add_argument("model_tag", nargs="?")
     p.add_argument("--model")
     p.add_argument("--tensor-parallel-size", "-tp", dest="tp", type=int, default=1)
+    p.add_argument("--pipeline-parallel-size", "-pp", dest="pp", type=int, default=1)
     p.add_argument("--max-model-len", type=str)
     p.add_argument("--dtype", default="auto")
     p.add_argument("--speculative-config", "-sc", dest="spec_config")
     p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
     return p
+
+
+def _env_prefix(argv: list[str]) -> dict[str, str]:
+    """NAME=VALUE assignments before the command (after an optional `env`)."""
+    env: dict[str, str] = {}
+    for tok in argv:
+        if tok == "env":
+            continue
+        name, eq, value = tok.partition("=")
+        if not eq or not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            break
+        env[name] = value
+    return env
 
 
 def _human_int(value: str | None, flag: str) -> int | None:
@@ -168,7 +189,8 @@ def parse_command(command: str | list[str]) -> LaunchSpec:
             algorithm=sc.get("method"), steps=sc.get("num_speculative_tokens"), topk=1,
             draft_tokens=None, tp=ns.tp, draft_tp=sc.get("draft_tensor_parallel_size"),
             context_length=_human_int(ns.max_model_len, "--max-model-len"), dtype=ns.dtype,
-            flags={"speculative_config": sc, "trust_remote_code": ns.trust_remote_code},
+            flags={"speculative_config": sc, "trust_remote_code": ns.trust_remote_code,
+                   "pipeline_parallel_size": ns.pp, "env": _env_prefix(argv)},
             unknown=unknown)
     from eagle3lab.cli import build_parser
 
@@ -177,6 +199,11 @@ def parse_command(command: str | list[str]) -> LaunchSpec:
     except SystemExit:  # argparse printed why
         raise UserError(f"The eagle3lab serve command does not parse: {' '.join(args)!r} "
                         f"(eagle3lab serve --help lists its options).") from None
+    if getattr(ns, "engine", "reference") != "reference":
+        # `eagle3lab serve --engine vllm|sglang`: judge the engine command it starts
+        from eagle3lab.cli.serve import launch_config
+
+        return dataclasses.replace(parse_command(launch_config(ns).to_argv()), argv=argv)
     return LaunchSpec(
         engine="reference", argv=argv, target=ns.target, draft=ns.draft,
         algorithm="EAGLE3" if (ns.draft or ns.speculative) else None, steps=ns.steps,

@@ -7,6 +7,17 @@ prepared preset, or a hub id only where a cached config exists; otherwise `unres
 says so), the doctor (eagle3lab.formats.inspect) runs for that engine and version, the
 capture tables answer for the target's class (capture.py), and the launch checks
 (checks.py) are added. Exit codes of the CLI: 0 no error, 1 errors, 2 not judged.
+
+Not judged: a launch whose target, or (speculative) drafter, cannot be resolved, i.e. a hub
+id without a cached config.json (preflight never downloads) or a remote URL: the checks
+that need it did not run, so the report says NOT JUDGED (`PreflightReport.judged` is False,
+`unresolved` names what and why) and the CLI exits 2, never "OK". `ok` keeps its meaning,
+"no error finding": the launcher (eagle3lab/server/launch.py `start`) refuses on `not ok`,
+and an unresolved hub id is not an error there, since the engine downloads it (a hub-id
+target cached on the launching machine is resolved and judged in full). A name that looks
+local (it starts with `/`, `.` or `~`, or has more than one `/`) but is not a directory
+with a config.json IS judged: the engine takes it for a hub id, which it is not, and fails
+to start (`model-path` error, exit 1, the launcher refuses).
 """
 
 from __future__ import annotations
@@ -45,11 +56,31 @@ class PreflightReport(FindingsVerdict):
     findings: list[Finding]
     skipped: list[dict[str, str]]
     seconds: float = 0.0
+    #: what could not be resolved: {"who": target|drafter, "given", "why"}; non-empty = the
+    #: launch was not judged (see the module docstring)
+    unresolved: list[dict[str, str]] = dataclasses.field(default_factory=list)
+
+    @property
+    def judged(self) -> bool:
+        """False when the target or the (speculative) drafter could not be resolved."""
+        return not self.unresolved
+
+    @property
+    def verdict(self) -> str:
+        """"not ok" (an error), "not judged" (no error, something unresolved) or "ok"."""
+        return "not ok" if not self.ok else "not judged" if not self.judged else "ok"
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI's exit status: 1 an error, 2 not judged, 0 ok."""
+        return {"not ok": 1, "not judged": 2, "ok": 0}[self.verdict]
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["findings"] = [f.to_dict() for f in self.findings]
         d["ok"] = self.ok
+        d["judged"] = self.judged
+        d["verdict"] = self.verdict
         d["seconds"] = round(self.seconds, 3)
         return d
 
@@ -76,36 +107,53 @@ class PreflightReport(FindingsVerdict):
         lines += [""] + findings_lines(self.findings, width=width)
         lines += [f"skipped: {s['check']}: {s['reason']}" for s in self.skipped]
         n_warn = sum(f.severity == "warning" for f in self.findings)
-        lines += ["", f"{'OK' if self.ok else 'NOT OK'}: {len(self.errors())} error(s), "
-                      f"{n_warn} warning(s) ({self.seconds:.2f} s)"]
+        counts = f"{len(self.errors())} error(s), {n_warn} warning(s) ({self.seconds:.2f} s)"
+        missing = "; ".join(f"the {u['who']} {u['given']!r} could not be resolved "
+                            f"({u['why']})" for u in self.unresolved)
+        if self.verdict == "not judged":
+            lines += ["", f"NOT JUDGED: {missing}. {counts}"]
+        else:
+            lines += ["", f"{self.verdict.upper()}: {counts}"
+                      + (f"; not judged: {missing}" if missing else "")]
         return "\n".join(lines)
 
 
-def resolve_model(given: str | None, *, what: str) -> tuple[Path | None, str | None]:
-    """(local directory with config.json, None) or (None, why not): a directory, a prepared
-    preset, or a hub id whose files are in the local Hugging Face cache."""
+def looks_local(given: str) -> bool:
+    """A name the user meant as a path: it starts with `/`, `.` or `~`, or has more than one
+    `/` (a hub id is `name` or `org/name`; huggingface_hub refuses anything else)."""
+    return given.startswith(("/", ".", "~")) or given.count("/") > 1
+
+
+def resolve_model(given: str | None, *, what: str) -> tuple[Path | None, str | None, bool]:
+    """(local directory with config.json, None, False), or (None, why not, fatal): a
+    directory, a prepared preset, or a hub id whose config.json is in the local Hugging Face
+    cache. `fatal`: the engine cannot start with it (a local-looking path that is not a
+    directory with a config.json), as opposed to a hub id it may download (not judged)."""
     from eagle3lab.config import TARGET_PRESETS, preset_dir
 
     if not given:
-        return None, f"the command names no {what}"
+        return None, f"the command names no {what}", False
+    if "://" in given:
+        return None, "a URL; preflight reads local files only", False
     p = Path(given).expanduser()
     if p.is_dir():
-        return (p, None) if (p / "config.json").is_file() else (
-            None, f"{given} has no config.json")
+        return (p, None, False) if (p / "config.json").is_file() else (
+            None, "a directory without a config.json", True)
     if given in TARGET_PRESETS and (preset_dir(given) / "config.json").is_file():
-        return preset_dir(given), None
-    if given.count("/") == 1 and not given.startswith((".", "/")):
-        try:
-            from huggingface_hub import try_to_load_from_cache
+        return preset_dir(given), None, False
+    if looks_local(given):
+        return None, ("a local path that " + ("is a file, not a model directory"
+                                              if p.exists() else "does not exist")), True
+    try:
+        from huggingface_hub import try_to_load_from_cache
 
-            cached = try_to_load_from_cache(given, "config.json")
-        except Exception:  # an invalid repo id, an unreadable cache
-            cached = None
-        if isinstance(cached, str):
-            return Path(cached).parent, None
-        return None, (f"{given} looks like a hub id with no cached config.json "
-                      f"(preflight never downloads)")
-    return None, f"{given} is neither a directory nor a cached hub id"
+        cached = try_to_load_from_cache(given, "config.json")
+    except Exception:  # an invalid repo id, an unreadable cache
+        cached = None
+    if isinstance(cached, str):
+        return Path(cached).parent, None, False
+    return None, "a hub id whose config.json is not in the local Hugging Face cache; " \
+                 "preflight never downloads", False
 
 
 def _read_config(d: Path | None) -> dict[str, Any] | None:
@@ -134,7 +182,9 @@ def doctor_engine(spec: LaunchSpec, version: str, draft_dir: Path | None) -> str
 
 
 def resolve_version(spec: LaunchSpec, given: str | None) -> str:
-    """The engine release judged for: given, else the installed/pinned SGLang."""
+    """The engine release judged for: given, else the installed/pinned SGLang, else the
+    installed vLLM (its distribution's metadata; vllm is not imported), else "unknown"
+    (judged with the newest vLLM table, and said so)."""
     if given:
         return given
     if spec.engine == "sglang":
@@ -142,7 +192,12 @@ def resolve_version(spec: LaunchSpec, given: str | None) -> str:
 
         return installed_sglang_version() or PINNED_SGLANG
     if spec.engine == "vllm":
-        return "unknown"
+        from importlib import metadata
+
+        try:
+            return metadata.version("vllm")
+        except metadata.PackageNotFoundError:
+            return "unknown"
     from eagle3lab import __version__
 
     return __version__
@@ -152,12 +207,15 @@ def preflight(command: str | list[str], *, engine_version: str | None = None,
               trained_aux_layers: list[int] | None = None, trained_convention: str = "vllm",
               check_values: bool = False, engine_parser: bool = True,
               parser_result: dict[str, Any] | None = None,
-              parser_timeout_s: float = 120.0) -> PreflightReport:
+              parser_timeout_s: float = 120.0,
+              env: dict[str, str] | None = None) -> PreflightReport:
     """Judge a launch command. `engine_version`: the engine release to judge for (default:
-    the installed SGLang, else the pinned one; vLLM: unknown). `trained_aux_layers`: the
-    ids training used, in `trained_convention`, when the drafter does not record them.
-    `engine_parser`: also run SGLang's own parser (a subprocess, beside the checks);
-    `parser_result`: its result when the caller already has it."""
+    the installed SGLang, else the pinned one; vLLM: the installed one, else unknown, judged
+    as the newest table's release). `trained_aux_layers`: the ids training used, in
+    `trained_convention`, when the drafter does not record them. `engine_parser`: also run
+    SGLang's own parser (a subprocess, beside the checks); `parser_result`: its result when
+    the caller already has it. `env`: the server's environment beyond the command's own
+    NAME=VALUE prefix (vLLM's VLLM_USE_V2_MODEL_RUNNER picks its model runner)."""
     t0 = time.perf_counter()
     spec = parse_command(command)
     version = resolve_version(spec, engine_version)
@@ -178,13 +236,7 @@ def preflight(command: str | list[str], *, engine_version: str | None = None,
             from eagle3lab.workdir import drafter_or_default
 
             spec.draft = str(drafter_or_default(None, spec.target))
-        tdir, twhy = resolve_model(spec.target, what="target")
-        ddir, dwhy = resolve_model(spec.draft, what="drafter") if spec.speculative else (None,
-                                                                                      None)
-        for who, given, why in (("target", spec.target, twhy), ("drafter", spec.draft, dwhy)):
-            if why and (who == "target" or spec.speculative):
-                findings.append(warning("unresolved", f"The {who} {given!r} was not judged: "
-                                        f"{why}.", found=given))
+        tdir, ddir, unresolved = _resolve_launch(spec, findings)
         if not spec.speculative:
             findings.append(_not_speculative(spec))
         tcfg = _read_config(tdir)
@@ -200,14 +252,20 @@ def preflight(command: str | list[str], *, engine_version: str | None = None,
             v = capture_verdict(engine=spec.engine, version=version, architecture=arch)
             capture = v.to_dict()
             findings += checks.capture_findings(v, text_arch=text_arch)
-        report, dcfg = None, None
+        report, dcfg, runner = None, None, None
+        if spec.engine == "vllm" and spec.speculative:
+            runner = checks.vllm_runner(spec, target_cfg=tcfg, env=env)
+            findings += _vllm_version_notes(version, runner)
         if ddir is not None and spec.speculative:
             report, dcfg, extra = _doctor(ddir, tdir, profile, check_values, trained_aux_layers,
-                                          trained_convention, version)
+                                          trained_convention, version,
+                                          runner[0] if runner else None)
             findings += report.findings + extra
             skipped += [s for s in report.skipped if tdir is not None or "target" not in
                         s["check"]]
-        findings += checks.draft_token_findings(spec)
+        trained = dcfg.trained_steps() if dcfg else (None, None)
+        findings += checks.draft_token_findings(spec, trained_steps=trained[0],
+                                                trained_source=trained[1])
         findings += checks.tp_findings(spec, target_cfg=text, draft_cfg=_layer_cfg(dcfg),
                                        draft_mla=bool(dcfg and dcfg.mla))
         if text is not None or dcfg is not None:
@@ -236,7 +294,54 @@ def preflight(command: str | list[str], *, engine_version: str | None = None,
                "format": report.format if report else None,
                "architectures": dcfg.architectures if dcfg else None},
         parser=parser, capture=capture, aux=(report.config.get("aux") if report else None),
-        findings=findings, skipped=skipped, seconds=time.perf_counter() - t0)
+        findings=findings, skipped=skipped, seconds=time.perf_counter() - t0,
+        unresolved=unresolved)
+
+
+def _resolve_launch(spec: LaunchSpec, findings: list[Finding]
+                    ) -> tuple[Path | None, Path | None, list[dict[str, str]]]:
+    """The target's and the (speculative) drafter's directories; a `model-path` error for a
+    local-looking name that is not a model directory, an `unresolved` warning (and an entry
+    of the returned list: the launch is not judged) for one preflight cannot read."""
+    tdir, twhy, tfatal = resolve_model(spec.target, what="target")
+    ddir, dwhy, dfatal = resolve_model(spec.draft, what="drafter") if spec.speculative \
+        else (None, None, False)
+    unresolved: list[dict[str, str]] = []
+    for who, given, why, fatal in (("target", spec.target, twhy, tfatal),
+                                   ("drafter", spec.draft, dwhy, dfatal)):
+        if not why or (who == "drafter" and not spec.speculative):
+            continue
+        if fatal:
+            findings.append(error("model-path", f"The {who} {given!r}: {why}. "
+                                  f"{_ENGINE[spec.engine]} takes a name that is not a model "
+                                  f"directory for a hub id, which this is not: it does not "
+                                  f"start.", found=given))
+        else:
+            findings.append(warning("unresolved", f"The {who} {given!r} was not judged: "
+                                    f"{why}.", found=given))
+            unresolved.append({"who": who, "given": str(given), "why": why})
+    return tdir, ddir, unresolved
+
+
+_ENGINE = {"sglang": "SGLang", "vllm": "vLLM", "reference": "eagle3lab serve"}
+
+
+def _vllm_version_notes(version: str, runner: tuple[str, str]) -> list[Finding]:
+    """Which vLLM the drafter checks describe (0.25.1's loader, read in its source) and
+    which of its model runners this launch gets (it decides where aux ids are read and
+    whether a last-layer drafter starts)."""
+    from eagle3lab.preflight.capture import generated_versions
+
+    newest = generated_versions("vllm")[-1]
+    out = [info("launch-command", f"vLLM model runner: {runner[0].upper()} ({runner[1]}).")]
+    if version == "unknown":
+        out.append(info("launch-command", f"The vLLM version is not known here (not "
+                        f"installed, no --engine-version): judged as vLLM {newest}, the "
+                        f"release whose source the vLLM checks were read from."))
+    elif version_tuple(version) != version_tuple(newest):
+        out.append(info("launch-command", f"The drafter checks describe vLLM {newest}'s "
+                        f"loader; vLLM {version} was not read and may differ."))
+    return out
 
 
 def _not_speculative(spec: LaunchSpec) -> Finding:
@@ -256,9 +361,11 @@ def _layer_cfg(dcfg) -> dict[str, Any] | None:
 
 
 def _doctor(ddir: Path, tdir: Path | None, profile: str, check_values: bool,
-            trained: list[int] | None, convention: str, version: str):
-    """The doctor's report for this engine, the parsed draft config, and extra findings."""
-    from eagle3lab.formats.detect import parse_draft_config
+            trained: list[int] | None, convention: str, version: str,
+            vllm_runner: str | None = None):
+    """The doctor's report for this engine, the parsed draft config (with its training
+    record), and extra findings."""
+    from eagle3lab.formats.detect import load_draft_config
     from eagle3lab.formats.inspect import inspect_checkpoint
     from eagle3lab.target.auxlayers import CONVENTIONS, ids_to_capture
 
@@ -267,8 +374,8 @@ def _doctor(ddir: Path, tdir: Path | None, profile: str, check_values: bool,
                         f"{', '.join(CONVENTIONS)}.")
     points = ids_to_capture(trained, convention) if trained is not None else None
     report = inspect_checkpoint(ddir, target=tdir, engine=profile, check_values=check_values,
-                                trained_capture=points)
-    dcfg = parse_draft_config(_read_config(ddir))
+                                trained_capture=points, vllm_runner=vllm_runner)
+    dcfg = load_draft_config(ddir)
     extra = []
     if profile == "sglang" and version_tuple(version) < version_tuple(MULTI_LAYER_SGLANG):
         extra.append(info("launch-command", f"SGLang {version} is judged with the doctor's "
@@ -313,5 +420,6 @@ def preflight_launch(config, *, parser_result: dict[str, Any] | None = None
     """The preflight of a `LaunchConfig` (eagle3lab/server/launch.py): its exact argv, for
     the SGLang release it targets; SGLang's parser result is passed in by the launcher,
     which runs it anyway (`check_argv_with_sglang`)."""
-    return preflight(config.to_argv(), engine_version=config.sglang_version,
-                     engine_parser=False, parser_result=parser_result)
+    return preflight(config.to_argv(),
+                     engine_version=config.sglang_version if config.engine == "sglang" else None,
+                     engine_parser=False, parser_result=parser_result, env=config.env or None)

@@ -47,7 +47,7 @@ class LaunchConfig(StrictConfig):
     draft: str | None = Field(None, description="EAGLE-3 draft checkpoint; None serves "
                               "without speculation")
     engine: Literal["sglang", "vllm", "reference"] = Field(
-        "sglang", description="vllm: `vllm serve` (the `vllm` script beside `python`); "
+        "sglang", description="vllm: `python -m vllm.entrypoints.cli.main serve` (= `vllm serve`); "
         "reference: eagle3lab serve (CPU)")
     tp: int = Field(1, ge=1, description="tensor parallel size (sglang --tp-size); reference: "
                     "must be 1")
@@ -136,12 +136,15 @@ class LaunchConfig(StrictConfig):
 
 
     def _vllm_argv(self, py: str) -> list[str]:
-        """`vllm serve T ...` (flags from vllm/engine/arg_utils.py `EngineArgs`:
-        --tensor-parallel-size, --speculative-config as JSON with method, model,
-        num_speculative_tokens (vllm/config/speculative.py), --enforce-eager,
-        --max-num-seqs; host/port from vllm/entrypoints/openai/cli_args.py)."""
-        argv = [str(Path(py).parent / "vllm"), "serve", self.target, "--host", self.host,
-                "--port", str(self.port), "--tensor-parallel-size", str(self.tp)]
+        """`python -m vllm.entrypoints.cli.main serve T ...`: the `vllm` script's own module
+        (vllm-0.25.1.dist-info/entry_points.txt), run by `py`, so an install without
+        scripts beside the interpreter (`pip install --target`, docs/vllm.md) works too.
+        Flags from vllm/engine/arg_utils.py `EngineArgs`: --tensor-parallel-size,
+        --speculative-config as JSON with method, model, num_speculative_tokens
+        (vllm/config/speculative.py), --enforce-eager, --max-num-seqs; host/port from
+        vllm/entrypoints/openai/cli_args.py."""
+        argv = [py, "-m", "vllm.entrypoints.cli.main", "serve", self.target, "--host",
+                self.host, "--port", str(self.port), "--tensor-parallel-size", str(self.tp)]
         if self.draft:
             argv += ["--speculative-config", json.dumps({
                 "method": "eagle3", "model": self.draft,

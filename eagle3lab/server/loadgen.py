@@ -9,8 +9,14 @@ each level is measured on its own, with the same requests, as SGLang's and vLLM'
 benchmark clients measure it. Per request, as `sglang/benchmark/serving.py`
 `async_request_sglang_generate` (0.5.23) does: TTFT = time to the first chunk carrying
 text; each later chunk's gap is spread over the tokens it added (ITL); the SGLang stream's
-`meta_info.completion_tokens` is cumulative. The OpenAI stream (vLLM) carries the delta
-text and, with `return_token_ids`, the delta ids. Level numbers are ratios of sums:
+`meta_info.completion_tokens` is cumulative. The OpenAI stream (vLLM 0.25.1,
+vllm/entrypoints/openai/completion/serving.py:282-497) carries per chunk the delta `text`
+and, with `return_token_ids` (protocol.py:146-155), the delta ids in `choices[0].token_ids`;
+with `stream_options: {"include_usage": true}` (sent only with `stream`: vLLM refuses it
+otherwise, protocol.py:470-479) a last chunk with `choices: []` and `usage`, whose
+`completion_tokens` is the request's count, as vLLM's own benchmark client reads it
+(vllm/benchmarks/lib/endpoint_request_func.py:158-268); an error inside a stream is a
+`data: {"error": {...}}` chunk (serving.py:490-496). Level numbers are ratios of sums:
 throughput = all completion tokens / the level's wall time; accept length = summed tokens
 / summed verify steps (SGLang's meta_info definition, incl. the bonus token); from
 /metrics, vLLM's 1 + accepted / drafts and per-position acceptance over the window.
@@ -38,9 +44,21 @@ def _payload(api: str, req: dict[str, Any], *, max_new_tokens: int, temperature:
     prompt = req.get("input_ids", req.get("text"))
     body = {"prompt": prompt, "max_tokens": max_new_tokens, "temperature": temperature,
             "ignore_eos": True, "stream": stream, "return_token_ids": True}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
     if model:
         body["model"] = model
     return "/v1/completions", body
+
+
+def _openai_tokens(obj: dict[str, Any], tokens: int) -> tuple[int, int | None]:
+    """One OpenAI chunk (or the whole response) -> (tokens so far, `usage.completion_tokens`
+    when the chunk carries it)."""
+    usage = (obj.get("usage") or {}).get("completion_tokens")
+    ch = (obj.get("choices") or [{}])[0]
+    ids = ch.get("token_ids")
+    n = tokens + (len(ids) if ids is not None else int(bool(ch.get("text"))))
+    return n, None if usage is None else int(usage)
 
 
 async def _one(session, url: str, api: str, req: dict[str, Any], **kw) -> dict[str, Any]:
@@ -49,7 +67,7 @@ async def _one(session, url: str, api: str, req: dict[str, Any], **kw) -> dict[s
                            "completion_tokens": 0, "ttft_s": math.nan, "latency_s": math.nan,
                            "itl": [], "spec_verify_ct": None, "accept_histogram": None}
     t0 = last = time.perf_counter()
-    tokens = 0
+    tokens, usage = 0, None
     try:
         async with session.post(url + path, json=body) as resp:
             if resp.status != 200:
@@ -57,12 +75,16 @@ async def _one(session, url: str, api: str, req: dict[str, Any], **kw) -> dict[s
                 return row
             async for raw in resp.content:
                 raw = raw.strip()
-                if not raw:
+                if not raw or raw.startswith(b":"):  # an SSE comment (a ping)
                     continue
                 data = raw[6:] if raw.startswith(b"data: ") else raw
                 if data == b"[DONE]":
                     continue
                 obj = json.loads(data)
+                if isinstance(obj, dict) and obj.get("error"):  # both engines stream errors so
+                    err = obj["error"]
+                    raise RuntimeError("error chunk: " + str(
+                        err.get("message", err) if isinstance(err, dict) else err))
                 now = time.perf_counter()
                 if api == "sglang":
                     meta = obj.get("meta_info") or {}
@@ -72,16 +94,16 @@ async def _one(session, url: str, api: str, req: dict[str, Any], **kw) -> dict[s
                         row["accept_histogram"] = next(
                             (meta[k] for k in HISTOGRAM_KEYS if meta.get(k)), None)
                 else:
-                    ch = (obj.get("choices") or [{}])[0]
-                    ids = ch.get("token_ids")
-                    n = tokens + (len(ids) if ids is not None else int(bool(ch.get("text"))))
+                    n, u = _openai_tokens(obj, tokens)
+                    usage = usage if u is None else u
                 if n > tokens:
                     if tokens == 0:
                         row["ttft_s"] = now - t0
                     else:
                         row["itl"] += [(now - last) / (n - tokens)] * (n - tokens)
                     tokens, last = n, now
-        row.update(ok=True, completion_tokens=tokens, latency_s=time.perf_counter() - t0)
+        row.update(ok=True, completion_tokens=tokens if usage is None else usage,
+                   latency_s=time.perf_counter() - t0)
     except Exception as e:  # a failed request is a row with its error, the level goes on
         row["error"] = f"{type(e).__name__}: {e}"
     return row
@@ -163,7 +185,10 @@ def sweep(url: str, requests: list[dict[str, Any]], *, levels=(1, 4, 16), arm: s
         summaries.append({"arm": arm, **s})
         all_rows += [{"arm": arm, "concurrency": c, **{k: v for k, v in r.items()
                                                         if k != "itl"}} for r in rows]
+        # per request (SGLang's meta_info), else the level's /metrics window (vLLM)
+        acc, src = ((s["accept_length"], "requests") if not math.isnan(s["accept_length"])
+                    else (s["metrics_accept_length"], "/metrics"))
         log(f"[{arm}] concurrency {c:>3}: {s['throughput_tok_s']:8.1f} tok/s, TTFT "
             f"{s['ttft_mean_s'] * 1e3:7.1f} ms, ITL {s['itl_mean_s'] * 1e3:6.1f} ms, accept "
-            f"length {s['accept_length']:.2f}, failed {s['failed']}")
+            f"length {acc:.2f} ({src}), failed {s['failed']}")
     return pd.DataFrame(summaries), pd.DataFrame(all_rows)

@@ -26,6 +26,22 @@ Formats, read from the SGLang source (sgl-project/sglang, python/sglang/srt/):
   `model_executor/model_runner.py` / `cuda_graph_setup.py` (`Capture cuda graph begin`,
   newer `Capture decode CUDA graph begin`), `entrypoints/http_server.py` (`The server is
   fired up and ready to roll!`), `entrypoints/engine.py` (scheduler died / sigquit).
+- shutdown (0.5.23): `managers/tokenizer_manager.py` `SignalHandler.sigterm_handler`
+  (`SIGTERM received. signum=... Draining requests and shutting down...`) and
+  `sigterm_watchdog` (`Gracefully exiting... Remaining number of requests N. ...`).
+
+Shutdown, both engines: uvicorn's lines (`Shutting down`, `Waiting for application
+shutdown.`, `Application shutdown complete.`, `Finished server process [N]`), each
+engine's own (above; vLLM's in vllm_logs.py), the reference server's (`Received SIGTERM;
+shutting down.`, `Shutdown complete.`) and the line eagle3lab's launcher appends when it
+stops a server (`# eagle3lab: stopped process group PGID (SIGTERM[, SIGKILL]), exit code
+N`, `ServerHandle.stop` in launch.py; `(already exited)` when the process had ended by
+itself). The first one ends the log's life: verdict `exited` (the decode statistics read
+before it are kept), phase `shutdown`, and the crash markers and tracebacks that follow
+it (processes killed mid-call while the group is stopped) are listed under
+`shutdown.errors` instead of making the log `crashed`; a crash before it stays a crash.
+A process that had exited by itself with a non-zero code and left no crash marker is
+`crashed`.
 """
 
 from __future__ import annotations
@@ -76,6 +92,16 @@ _CRASH = re.compile(r"Traceback \(most recent call last\):|crashed with exit cod
                     r"scheduler died during initialization|"
                     r"Received sigquit from a child process|^eagle3lab \w+: error:")
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*$")
+#: Shutdown lines shared by both engines and eagle3lab's reference server (vLLM's own are
+#: `vllm_logs.SHUTDOWN`); uvicorn's may sit under SGLang's stamp as `INFO:     ...`.
+SHUTDOWN = re.compile(r"(?:^|INFO:\s+)(?:Shutting down$|Waiting for application shutdown\.|"
+                      r"Application shutdown complete\.|Finished server process \[\d+\])|"
+                      r"^SIGTERM received\. .*shutting down|^Gracefully exiting\.\.\.|"
+                      r"^Received SIG\w+; shutting down\.$|^Shutdown complete\.$")
+#: The line `ServerHandle.stop` (launch.py) appends to the log it stopped.
+STOPPED = re.compile(r"^# eagle3lab: stopped process group (?P<pgid>\d+) \((?P<how>[^)]*)\), "
+                     r"exit code (?P<rc>-?\d+|None)")
+_CR = re.compile(rf"^(?P<prefix>{vllm_logs.PROC_PREFIX})(?P<rest>.*)$")
 
 #: accept len at or below this, on average over the decode lines, is "about 1.0".
 COLLAPSE_ACCEPT_LEN = 1.05
@@ -90,15 +116,31 @@ class LogLine:
     engine: str | None = None  # "vllm" for a vLLM-stamped line; None otherwise
 
 
+def _last_update(line: str) -> str:
+    """A line holding carriage returns (a progress bar's updates, maybe followed by a log
+    line written before the bar's newline) -> its last non-empty part, keeping a leading
+    vLLM process prefix."""
+    if "\r" not in line:
+        return line
+    m = _CR.match(line)
+    parts = [p for p in m["rest"].split("\r") if p.strip()]  # type: ignore[index]
+    return m["prefix"] + (parts[-1] if parts else "")  # type: ignore[index]
+
+
 def parse_line(raw: str, lineno: int = 0) -> LogLine:
-    """One log line, ANSI colours removed; timestamp and rank tags split off (SGLang's
-    stamp, else vLLM's: its tags are the process names and the level)."""
-    line = _ANSI.sub("", raw.rstrip("\r\n"))
+    """One log line, ANSI colours removed, a progress bar's last update kept; timestamp
+    and rank tags split off (SGLang's stamp, else vLLM's: its tags are the process names
+    and the level; an unstamped line under vLLM's process prefix or in uvicorn's format
+    gets those as tags, without a time)."""
+    line = _last_update(_ANSI.sub("", raw.rstrip("\r\n")))
     m = _STAMP.match(line)
     if not m:
         v = vllm_logs.parse_stamp(line)
         if v is not None:
             return LogLine(lineno, v[0], v[1], v[2], "vllm")
+        u = vllm_logs.parse_unstamped(line)
+        if u is not None:
+            return LogLine(lineno, None, u[0], u[1])
         return LogLine(lineno, None, (), line)
     frac = (m["frac"] or "0").ljust(6, "0")
     t = dt.datetime.strptime(f"{m['date']} {m['clock']}", "%Y-%m-%d %H:%M:%S").replace(
@@ -140,8 +182,17 @@ class LogAnalyzer:
         self.decode: list[dict[str, Any]] = []
         self.prefill_batches = 0
         self.crash: dict[str, Any] | None = None
+        self.shutdown: dict[str, Any] | None = None  # the first shutdown line, see SHUTDOWN
+        self.stop: dict[str, Any] | None = None  # eagle3lab's stop line (STOPPED)
+        self.facts: dict[str, dict[str, Any]] = {}  # vllm_logs.parse_facts, first seen
+        self.drafter_lines: list[dict[str, Any]] = []  # lines where the drafter's load began
+        #: `Model loading took` after a drafter line: target AND drafter weights are in
+        #: (both runners print it once, after the drafter: vllm/v1/worker/gpu/
+        #: model_runner.py:302, gpu_model_runner.py; a drafter whose weights do not fit
+        #: crashes between the two, as the fc-dim fault did on vLLM 0.25.1)
+        self.drafter_done: dict[str, Any] | None = None
         self.warnings = WarningTally()
-        self._expect_exc = False
+        self._exc_into: dict[str, Any] | None = None  # takes the next exception line
         self.format = "sglang"  # "vllm" once a vLLM-stamped line is seen
 
     def feed(self, raw: str) -> LogLine:
@@ -153,12 +204,33 @@ class LogAnalyzer:
             self.last_time = ln.time
         if ln.engine == "vllm":
             self.format = "vllm"
-        for name, rx in (vllm_logs.PHASES if self.format == "vllm" else PHASES):
-            if rx.search(msg):
-                if not self.phases or self.phases[-1]["phase"] != name:
-                    self.phases.append({"phase": name, "time": _iso(ln.time),
-                                        "line": ln.lineno, "message": msg.strip()[:200]})
-                break
+        if self.shutdown is None:
+            for name, rx in (vllm_logs.PHASES if self.format == "vllm" else PHASES):
+                if rx.search(msg):
+                    self._enter(name, ln, msg)
+                    break
+        self._decode_line(ln, msg)
+        for name, value in vllm_logs.parse_facts(msg).items():
+            self.facts.setdefault(name, {"value": value, "line": ln.lineno})
+        if vllm_logs.DRAFTER_LOADED.search(msg) and len(self.drafter_lines) < 8:
+            self.drafter_lines.append({"line": ln.lineno, "time": _iso(ln.time),
+                                       "message": msg.strip()[:200]})
+        elif self.drafter_lines and self.drafter_done is None and \
+                vllm_logs.MODEL_LOADED.search(msg):
+            self.drafter_done = {"line": ln.lineno, "time": _iso(ln.time),
+                                 "message": msg.strip()[:200]}
+        self._lifecycle(ln, msg)
+        self.warnings.feed(msg, ln.lineno)
+        return ln
+
+    def _enter(self, phase: str, ln: LogLine, msg: str) -> None:
+        """Enter `phase` at this line; an unstamped line (uvicorn's under vLLM) takes the
+        time of the last stamped line before it."""
+        if not self.phases or self.phases[-1]["phase"] != phase:
+            self.phases.append({"phase": phase, "time": _iso(ln.time or self.last_time),
+                                "line": ln.lineno, "message": msg.strip()[:200]})
+
+    def _decode_line(self, ln: LogLine, msg: str) -> None:
         d = parse_decode(msg) or vllm_logs.parse_stats(msg)
         spec = None if d is not None else vllm_logs.parse_spec(msg)
         if d is not None:
@@ -172,19 +244,53 @@ class LogAnalyzer:
                                              "gen_throughput", "queue_req", "graph")}}
                 self.decode.append(last)
             last.update(accept_len=spec["accept_len"], accept_rate=spec["accept_rate"],
-                         per_position=spec["per_position"], drafted=spec["drafted"],
-                         accepted=spec["accepted"])
+                        per_position=spec["per_position"], drafted=spec["drafted"],
+                        accepted=spec["accepted"])
         elif _PREFILL.match(msg):
             self.prefill_batches += 1
+
+    def _lifecycle(self, ln: LogLine, msg: str) -> None:
+        """Crash markers (and the exception line after them), eagle3lab's stop line and the
+        first shutdown line; a crash marker after the shutdown began is a shutdown error."""
+        stopped = STOPPED.match(msg)
         if _CRASH.search(msg) or vllm_logs.CRASH.search(msg):
-            if self.crash is None:
-                self.crash = {"line": ln.lineno, "marker": msg.strip()[:200], "error": None}
-            self._expect_exc = True
-        elif self._expect_exc and _EXC_LINE.match(msg):
-            self.crash["error"] = msg.strip()[:300]  # type: ignore[index]
-            self._expect_exc = False
-        self.warnings.feed(msg, ln.lineno)
-        return ln
+            marker = {"line": ln.lineno, "marker": msg.strip()[:200], "error": None}
+            if self.shutdown is None:
+                self.crash = self.crash or marker
+                self._exc_into = self.crash
+            else:
+                errors = self.shutdown["errors"]
+                self.shutdown["error_lines"] += 1
+                self._exc_into = marker if len(errors) < 5 else None
+                if self._exc_into is not None:
+                    errors.append(marker)
+        elif self._exc_into is not None and _EXC_LINE.match(msg):
+            self._exc_into["error"] = msg.strip()[:300]
+            self._exc_into = None
+        elif stopped:
+            rc = None if stopped["rc"] == "None" else int(stopped["rc"])
+            how = stopped["how"]
+            signals = [] if how == "already exited" else [x.strip() for x in how.split(",")
+                                                           if x.strip()]
+            self.stop = {"line": ln.lineno, "signals": signals, "returncode": rc}
+            if self.shutdown is not None or self.crash is not None:
+                return
+            if signals or not rc:  # stopped by eagle3lab, or it had ended cleanly
+                self._begin_shutdown(ln, msg, by="eagle3lab" if signals else "server")
+            else:
+                self.crash = {"line": ln.lineno, "error": None, "marker":
+                              f"the process had exited with code {rc} before eagle3lab "
+                              f"stopped it, and printed no crash marker"}
+        elif self.shutdown is None and (SHUTDOWN.search(msg)
+                                        or vllm_logs.SHUTDOWN.search(msg)):
+            self._begin_shutdown(ln, msg, by="server")
+
+    def _begin_shutdown(self, ln: LogLine, msg: str, *, by: str) -> None:
+        self.shutdown = {"line": ln.lineno, "time": _iso(ln.time), "marker": msg.strip()[:200],
+                         "by": by, "after_phase": self.phase, "ready_before": self.ready,
+                         "decode_lines_before": len(self.decode), "errors": [],
+                         "error_lines": 0}
+        self._enter("shutdown", ln, msg)
 
     def feed_text(self, text: str) -> "LogAnalyzer":
         for raw in text.splitlines():
@@ -204,12 +310,32 @@ class LogAnalyzer:
         """True when the decode lines carry `accept len` (the server runs speculation)."""
         return any(d["accept_len"] is not None for d in self.decode)
 
+    def drafter(self) -> dict[str, Any] | None:
+        """What the log proves about the drafter (vLLM): the speculative config, whether a
+        line shows it loaded, and the target layers whose hidden states it reads (vLLM's
+        ids: id k = the input of decoder layer k; `aux_layers_from`: the drafter's config
+        or the target model's default); None when the log names no drafter."""
+        spec = (self.facts.get("speculative_config") or {}).get("value")
+        aux = (self.facts.get("aux_layers") or {}).get("value")
+        if spec is None and not self.drafter_lines:
+            return None
+        spec = spec or {}
+        return {"method": spec.get("method"), "model": spec.get("model"),
+                "num_spec_tokens": spec.get("num_spec_tokens"),
+                "loaded": self.drafter_done is not None,
+                "load_started": bool(self.drafter_lines), "loaded_line": self.drafter_done,
+                "aux_layers": aux["ids"] if aux else None,
+                "aux_layers_from": aux["source"] if aux else None,
+                "evidence": self.drafter_lines}
+
     def silence_s(self, now: dt.datetime) -> float | None:
         return (now - self.last_time).total_seconds() if self.last_time else None
 
     def verdict(self, now: dt.datetime, silence_s: float) -> str:
         if self.crash is not None:
             return "crashed"
+        if self.shutdown is not None:
+            return "exited"
         if self.ready:
             return "ready"
         quiet = self.silence_s(now)
@@ -224,12 +350,15 @@ class LogAnalyzer:
             out.append({"code": "server-crashed", "severity": "error", "message":
                         f"The server crashed (line {self.crash['line']}): {err}. Read the "
                         f"traceback there; with --tp > 1 the first rank's error is the cause."})
+        if verdict == "exited" and self.shutdown:
+            out += self._shutdown_findings()
         if verdict == "hung":
             cause, fix = hang_cause(self.phase)
             out.append({"code": "startup-hung", "severity": "error", "message":
                         f"No log line for {self.silence_s(now):.0f} s (silence window "
                         f"{silence_s:.0f} s) in phase {self.phase or 'launch'!r}. Likely: "
                         f"{cause} Fix: {fix}"})
+        out += self._drafter_findings()
         accept = [d["accept_len"] for d in self.decode if d["accept_len"] is not None]
         if accept:
             mean = sum(accept) / len(accept)
@@ -249,6 +378,62 @@ class LogAnalyzer:
                         f"server decodes without speculation."})
         return out
 
+    def _shutdown_findings(self) -> list[dict[str, str]]:
+        s = self.shutdown or {}
+        who = "eagle3lab stopped the server" if s["by"] == "eagle3lab" else \
+            "The server shut down"
+        if self.stop and "SIGKILL" in self.stop["signals"]:
+            who += " (it ignored SIGTERM for the grace period: SIGKILL)"
+        where = f"(line {s['line']}: {s['marker'][:120]})"
+        if s["ready_before"]:
+            out = [{"code": "server-stopped", "severity": "info", "message":
+                    f"{who} {where} after it was ready; the decode lines before it "
+                    f"({s['decode_lines_before']}) are kept."}]
+        else:
+            out = [{"code": "stopped-before-ready", "severity": "warning", "message":
+                    f"{who} {where} in phase {s['after_phase'] or 'launch'!r}, before it was "
+                    f"ready. If the watchdog stopped it, NAME.watch.json says why (hung "
+                    f"or crashed)."}]
+        if s["error_lines"]:
+            e = s["errors"][0]
+            out.append({"code": "errors-during-shutdown", "severity": "info", "message":
+                        f"{s['error_lines']} crash marker(s) after the shutdown began (first: "
+                        f"line {e['line']}: {e['error'] or e['marker']}): processes stopped "
+                        f"mid-call, not read as a crash."})
+        return out
+
+    def _drafter_findings(self) -> list[dict[str, str]]:
+        d = self.drafter()
+        if d is None or not d["model"]:
+            return []
+        name = f"the {d['method']} drafter {d['model']} ({d['num_spec_tokens']} draft tokens)"
+        if not d["loaded"] and d["load_started"] and self.crash is not None:
+            return [{"code": "drafter-load-failed", "severity": "error", "message":
+                     f"vLLM began loading {name} (line {d['evidence'][0]['line']}) and "
+                     f"crashed before `Model loading took` (line {self.crash['line']}): "
+                     f"{self.crash.get('error') or self.crash['marker']}. The checkpoint "
+                     f"does not fit what vLLM builds for it; `eagle3lab inspect DRAFTER "
+                     f"--engine vllm --target T` names the tensor."}]
+        if not d["loaded"]:
+            if not (self.ready or self.shutdown):
+                return []
+            return [{"code": "drafter-unconfirmed", "severity": "warning", "message":
+                     f"The speculative config names {name}, but no line shows it loaded "
+                     f"(vLLM 0.25.1 prints `Loading drafter model...` with its V1 model "
+                     f"runner, `Using Eagle3 auxiliary layers from ...` with its V2 one, "
+                     f"then `Model loading took` once both are in)."}]
+        if d["aux_layers"] is None:
+            aux = ("no aux-layer line: vLLM's V1 model runner uses the target's default "
+                   "layers (2, L // 2, L - 3) without saying so")
+        else:
+            src = "the drafter's config" if d["aux_layers_from"] == "config" else \
+                "the target's default"
+            aux = (f"the target's hidden states at the input of layers {d['aux_layers']} "
+                   f"(vLLM ids, from {src}) feed it")
+        return [{"code": "drafter-loaded", "severity": "info", "message":
+                 f"vLLM loaded {name} (lines {d['evidence'][0]['line']}-"
+                 f"{d['loaded_line']['line']}); {aux}."}]
+
     def report(self, *, now: dt.datetime | None = None, silence_s: float = 120.0) -> dict:
         """The `eagle3lab logs --json` object."""
         now = now or dt.datetime.now()
@@ -265,6 +450,10 @@ class LogAnalyzer:
             "decode": self.decode,
             "prefill_batches": self.prefill_batches,
             "crash": self.crash,
+            "shutdown": self.shutdown,
+            "stop": self.stop,
+            "facts": {k: v["value"] for k, v in self.facts.items()},
+            "drafter": self.drafter(),
             "findings": self.findings(verdict, now, silence_s),
             "lines": self.lines,
         }

@@ -8,16 +8,26 @@ any window, as differences of two scrapes. (2) Quoting a counter since boot as t
 number of one run: every number here is a difference `after - before`, never a raw total.
 
 The metric names are the engines' own:
-- vLLM (vllm/v1/spec_decode/metrics.py `SpecDecodingProm`, read at vllm-project/vllm
-  commit ee4ceaa, the v1 engine; the same names since the v1 metrics landed): Counters
-  `vllm:spec_decode_num_drafts`, `vllm:spec_decode_num_draft_tokens`,
+- vLLM, checked against 0.25.1: vllm/v1/spec_decode/metrics.py:228-264 `SpecDecodingProm`:
+  Counters `vllm:spec_decode_num_drafts`, `vllm:spec_decode_num_draft_tokens`,
   `vllm:spec_decode_num_accepted_tokens`, and `vllm:spec_decode_num_accepted_tokens_per_pos`
-  with label `position` (0-based), each with labels `model_name`, `engine`; prometheus_client
-  writes a Counter's sample as NAME_total. Per draft: drafts += 1, draft_tokens += drafted,
-  accepted += n, per_pos[i] += 1 for i < n (`SpecDecodingStats.observe_draft`). Its docstring
-  defines accept length = 1 + accepted / drafts and per-position rate = per_pos / drafts.
-  `vllm:num_requests_running` / `vllm:num_requests_waiting` (Gauges) and
-  `vllm:generation_tokens` (Counter) from vllm/v1/metrics/loggers.py `PrometheusStatLogger`.
+  with the extra label `position` ("0".. "k-1"), each labelled `model_name` (the served
+  model name) and `engine` ("0", one per engine core) (vllm/v1/metrics/loggers.py:431-436);
+  absent without a speculative config (metrics.py:211-213). prometheus_client writes a
+  Counter's sample as NAME_total (plus NAME_created); /metrics is prometheus_client's own
+  text exposition (vllm/entrypoints/serve/instrumentator/metrics.py:78 `make_asgi_app`).
+  Per verify step of a request: drafts += 1, draft_tokens += drafted, accepted += n,
+  per_pos[i] += 1 for i < n (`SpecDecodingStats.observe_draft`, metrics.py:41-49); its
+  docstring (metrics.py:177-196) defines accept length = 1 + accepted / drafts and the
+  per-position rate = per_pos / drafts. Throughput and load, loggers.py: Gauges
+  `vllm:num_requests_running`, `vllm:num_requests_waiting` (455-474),
+  `vllm:kv_cache_usage_perc` (524-531, 0-1; not read here); Counters `vllm:prompt_tokens` (633-640),
+  `vllm:generation_tokens` (667-674) and `vllm:request_success` with label
+  `finished_reason` = stop | length | abort | error | repetition (676-688;
+  vllm/v1/engine/__init__.py:30,42-64), incremented per engine step / finished request
+  (loggers.py:1157-1186). With several API servers vLLM reads them through
+  prometheus_client's multiprocess collector (vllm/v1/metrics/prometheus.py:40-49): the
+  same names, no _created samples.
 - SGLang 0.5.23 (python/sglang/srt/observability/metrics_collector.py): Gauges
   `sglang:spec_accept_length` (accepted drafts + bonus per verify, over the last logged
   batch), `sglang:spec_accept_rate`, `sglang:num_running_reqs`, `sglang:num_queue_reqs`,
@@ -41,8 +51,11 @@ VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
 VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
-VLLM_GEN_TOKENS = "vllm:generation_tokens"
+VLLM_GEN_TOKENS, VLLM_PROMPT_TOKENS = "vllm:generation_tokens", "vllm:prompt_tokens"
+VLLM_REQUESTS = "vllm:request_success"  # label finished_reason
 VLLM_RUNNING, VLLM_WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
+#: vLLM's finish reasons, the values of `finished_reason` (vllm/v1/engine/__init__.py:30).
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 SGLANG_ACCEPT_LENGTH, SGLANG_ACCEPT_RATE = "sglang:spec_accept_length", "sglang:spec_accept_rate"
 SGLANG_RUNNING, SGLANG_QUEUE = "sglang:num_running_reqs", "sglang:num_queue_reqs"
 SGLANG_GEN_THROUGHPUT = "sglang:gen_throughput"
@@ -69,6 +82,12 @@ class ReferenceMetrics:
 
         self.gen_tokens = counter(VLLM_GEN_TOKENS, "Number of generation tokens processed.",
                                   vl).labels(**vl)
+        self.prompt_tokens = counter(VLLM_PROMPT_TOKENS, "Number of prefill tokens "
+                                     "processed.", vl).labels(**vl)
+        self.requests = counter(VLLM_REQUESTS, "Count of successfully processed requests.",
+                                vl, ["finished_reason"])
+        for reason in FINISH_REASONS:  # as vLLM: every reason exposed from boot, at 0
+            self.requests.labels(**vl, finished_reason=reason)
         self.running = gauge(VLLM_RUNNING, "Number of requests in model execution batches.", vl)
         self.waiting = gauge(VLLM_WAITING, "Number of requests waiting to be processed.", vl)
         self.s_running = gauge(SGLANG_RUNNING, "The number of running requests.", sl)
@@ -100,6 +119,13 @@ class ReferenceMetrics:
         self.gen_tokens.inc(n)
         self.s_gen_tokens.labels(model_name=self.model_name,
                                  is_streaming=str(streaming).lower()).inc(n)
+
+    def observe_request(self, *, prompt_tokens: int, finish_reason: str) -> None:
+        """A finished request: its prompt tokens and finish reason (vLLM's
+        `vllm:prompt_tokens` and `vllm:request_success`)."""
+        self.prompt_tokens.inc(prompt_tokens)
+        self.requests.labels(model_name=self.model_name, engine="0",
+                             finished_reason=finish_reason).inc()
 
     def observe_draft(self, accepted: int) -> None:
         """One verify step of a chain of `num_spec_tokens` drafts that accepted `accepted`
@@ -169,8 +195,10 @@ def scrape(url: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
 
 def window(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Acceptance between two scrapes. `source` says which engine's metrics carried it:
-    `vllm` (counters: accept length and per-position acceptance over the window), `sglang`
-    (gauges: the last logged batch's accept length and rate; no per-position), or None."""
+    `vllm` (counters: accept length and per-position acceptance over the window, the
+    accepted counts per position beside the rates), `sglang` (gauges: the last logged
+    batch's accept length and rate; no per-position), or None. `requests` (finished, any
+    reason) and `prompt_tokens` are vLLM's counters over the window (None elsewhere)."""
     ca, cb = after["counters"], before["counters"]
 
     def delta(name, pos=None):
@@ -178,21 +206,26 @@ def window(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
     seconds = after.get("t", 0.0) - before.get("t", 0.0)
     tokens = delta(VLLM_GEN_TOKENS) or delta(SGLANG_GEN_TOKENS)
+    vllm_load = (VLLM_REQUESTS, None) in ca
     out: dict[str, Any] = {"seconds": seconds, "generation_tokens": tokens,
                            "tokens_per_s": tokens / seconds if seconds > 0 else math.nan,
+                           "requests": delta(VLLM_REQUESTS) if vllm_load else None,
+                           "prompt_tokens": delta(VLLM_PROMPT_TOKENS) if vllm_load else None,
                            "source": None, "drafts": None, "draft_tokens": None,
                            "accepted": None, "accept_length": math.nan,
                            "acceptance_rate": math.nan, "per_position": [],
+                           "per_position_accepted": [],
                            "sglang_accept_length": after["gauges"].get(SGLANG_ACCEPT_LENGTH),
                            "sglang_accept_rate": after["gauges"].get(SGLANG_ACCEPT_RATE)}
     if (VLLM_DRAFTS, None) in ca:
         drafts, drafted, acc = delta(VLLM_DRAFTS), delta(VLLM_DRAFT_TOKENS), delta(VLLM_ACCEPTED)
         positions = sorted(int(p) for (n, p) in ca if n == VLLM_PER_POS and p is not None)
+        per_pos = [delta(VLLM_PER_POS, str(j)) for j in positions]
         out.update(source="vllm", drafts=drafts, draft_tokens=drafted, accepted=acc,
                    accept_length=1 + acc / drafts if drafts else math.nan,
                    acceptance_rate=acc / drafted if drafted else math.nan,
-                   per_position=[delta(VLLM_PER_POS, str(j)) / drafts if drafts else math.nan
-                                 for j in positions])
+                   per_position=[n / drafts if drafts else math.nan for n in per_pos],
+                   per_position_accepted=per_pos)
     elif out["sglang_accept_length"] is not None:
         out.update(source="sglang", accept_length=out["sglang_accept_length"],
                    acceptance_rate=out["sglang_accept_rate"])

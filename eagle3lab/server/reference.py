@@ -16,10 +16,13 @@ piece is exercised against a real process. Routes (reference_http.py):
   `spec_verify_ct`, `spec_accept_length`, `spec_accept_rate`, `spec_accept_histogram`);
   with `"stream": true` SSE `data: {...}` chunks with the cumulative `text` and
   `meta_info.completion_tokens`, one per engine step, then `data: [DONE]`;
-- `POST /v1/completions` (OpenAI, as vLLM: a prompt as text or token ids, `max_tokens`,
-  `temperature`, `top_p`, `seed`, `stop_token_ids`, `ignore_eos`, `return_token_ids`,
-  `stream`) and `GET /v1/models` (the served model name, `root` the target);
-- `GET /metrics`: vLLM's spec-decode counters and SGLang's gauges (metrics.py);
+- `POST /v1/completions` (OpenAI, as vLLM 0.25.1: a prompt as text or token ids,
+  `max_tokens`, `temperature`, `top_p`, `seed`, `stop_token_ids`, `ignore_eos`,
+  `return_token_ids`, `stream`, `stream_options`; the fields of vLLM's response and stream
+  chunks, reference_http.py) and `GET /v1/models` (the served model name, `root` the
+  target);
+- `GET /metrics`: vLLM's spec-decode, token and request counters and request gauges,
+  SGLang's gauges (metrics.py);
 - `GET /get_server_info` (and `/server_info`): `internal_states[0].avg_spec_accept_length`
   (cumulative since boot, as SGLang), `model_path`.
 The engine is eagle3lab.specdec's `load_engine`: plain decoding, or with `--draft` the
@@ -72,6 +75,27 @@ def make_logger(name: str, rank_tag: str = "") -> logging.Logger:
         log.setLevel(logging.INFO)
         log.propagate = False
     return log
+
+
+class Httpd(ThreadingHTTPServer):
+    """The HTTP server: one thread per request; a client that left before its answer (a
+    /health probe that timed out on a busy machine) is one log line, not the traceback
+    socketserver prints, which the log reader (rightly, for an engine) takes for a crash
+    and the watchdog then stops a healthy server."""
+
+    daemon_threads = True
+
+    def __init__(self, address, handler, *, log: logging.Logger):
+        self.log = log
+        super().__init__(address, handler)
+
+    def handle_error(self, request, client_address):
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):  # BrokenPipeError, ConnectionResetError
+            self.log.info(f"{client_address[0]}:{client_address[1]} went away before its "
+                          f"answer was sent ({type(exc).__name__}).")
+            return
+        super().handle_error(request, client_address)
 
 
 class ReferenceServer:
@@ -146,6 +170,8 @@ class ReferenceServer:
                                  on_step=on_step)
         latency = time.perf_counter() - t0
         n = r.completion_tokens
+        self.metrics.observe_request(prompt_tokens=len(ids), finish_reason=(
+            "stop" if r.finish_reason == "stop" else "length"))
         msg = (f"Decode batch, #running-req: 1, #token: {len(ids) + n}, "
                f"token usage: {(len(ids) + n) / self.ctx:.2f}, ")
         meta: dict[str, Any] = {
@@ -266,11 +292,10 @@ def serve(*, target: str, draft: str | None = None, steps: int = 3, topk: int = 
                   f"context_len={server.ctx}, speculative={server.spec}, "
                   f"num_draft_tokens={getattr(engine, 'num_draft_tokens', 0)}")
     try:
-        httpd = ThreadingHTTPServer((host, port), make_handler(server))
+        httpd = Httpd((host, port), make_handler(server), log=log)
     except OSError as e:
         raise UserError(f"Cannot listen on {host}:{port}: {e.strerror or e}. Choose another "
                         f"--port (or stop the server that holds it).") from None
-    httpd.daemon_threads = True
     log.info(f"HTTP server listening on http://{host}:{port} (eagle3lab reference server; "
              f"not a production server)")
     if host not in ("127.0.0.1", "localhost", "::1"):

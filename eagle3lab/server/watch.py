@@ -10,10 +10,12 @@ server's `/health`, the process group (psutil), and GPU utilisation (NVML throug
 nvidia-ml-py when present; on a CPU machine it is absent and the state says so). Verdicts:
 `starting`, `ready`, `crashed` (process gone with an error, or a traceback in the log),
 `hung` (not ready and no new log line for `silence_s`, default 120 s, with GPU utilisation
-at ~0 where measurable), `exited` (ended cleanly, e.g. stopped). `wait()` acts on a final
+at ~0 where measurable), `exited` (ended cleanly, e.g. stopped, or the log says the server
+shut down: uvicorn's, vLLM's `[shutdown]` or SGLang's shutdown lines, logs.py; its
+processes may still be exiting then). `wait()` acts on a final
 verdict: on `hung` it dumps every group member's Python stacks into the run dir, names the
-likely causes and fixes for the phase it stopped in, and stops the group; on `crashed` it
-stops whatever is left of the group.
+likely causes and fixes for the phase it stopped in, and stops the group; on `crashed` (and
+on `exited` while the group is still shutting down) it stops whatever is left of the group.
 """
 
 from __future__ import annotations
@@ -124,6 +126,11 @@ class Watchdog:
         quiet = now - self.last_growth
         if a.crash is not None:
             verdict, reason = "crashed", a.crash["error"] or a.crash["marker"]
+        elif a.shutdown is not None:
+            verdict = "exited"
+            reason = (f"the log says the server shut down (line {a.shutdown['line']}: "
+                      f"{a.shutdown['marker'][:120]})" + (
+                          "" if rc is not None else "; its processes are still exiting"))
         elif rc is not None:
             stopped = self.handle.stop_report is not None
             verdict = "exited" if rc == 0 or stopped else "crashed"
@@ -176,7 +183,8 @@ class Watchdog:
                     log_path=self.handle.log_path, faulthandler_ok=self.handle.faulthandler_ok)
                 self._event("stacks dumped", method=st["stacks"]["method"],
                             files=len(st["stacks"]["files"]))
-        if st["verdict"] in ("hung", "crashed") and self.stop_on_failure:
+        shutting_down = st["verdict"] == "exited" and st["returncode"] is None
+        if (st["verdict"] in ("hung", "crashed") or shutting_down) and self.stop_on_failure:
             st["stop"] = self.handle.stop()
             self._event("process group stopped", signals=st["stop"]["signals"])
         st["findings"] = self.analyzer.report(silence_s=self.silence_s)["findings"]

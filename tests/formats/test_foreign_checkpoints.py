@@ -109,7 +109,7 @@ def test_convert_matches_speculators_own_converter(foreign, fx, tmp_path):
     # and eagle3lab's provenance record
     sa, sb = (parse_draft_config(c).summary() for c in (ca, cb))
     differ = {k for k in sa.keys() | sb.keys() if sa.get(k) != sb.get(k)}
-    assert differ == {"architectures", "dtype", "record"}, differ
+    assert differ == {"architectures", "dtype", "record", "record_source"}, differ
     assert (sa["architectures"], sb["architectures"]) == (["Eagle3DraftModel"],
                                                           ["Eagle3Speculator"])
     ra, rb = (inspect_checkpoint(p, target=fx["target"], engine="vllm") for p in (ours, theirs))

@@ -132,9 +132,12 @@ def test_unknown_keys(plant):
         r = inspect_checkpoint(p, engine=engine)
         f = next(f for f in r.findings if f.code == "unknown-keys")
         assert "extra_proj.weight" in f.found
-    vllm = next(f for f in inspect_checkpoint(p, engine="vllm").findings
-                if f.code == "unknown-keys")
-    assert "KeyError" in vllm.message
+    vllm = [f for f in inspect_checkpoint(p, engine="vllm").findings
+            if f.code == "unknown-keys"]
+    assert vllm[0].severity == "error" and vllm[0].found == ["extra_proj.weight"]
+    assert "There is no module or parameter named" in vllm[0].message
+    # vLLM 0.25.1 ignores an unexpected .bias (AutoWeightsLoader): dropped, not refused
+    assert vllm[1].severity == "warning" and vllm[1].found == ["midlayer.self_attn.q_proj.bias"]
     sgl = next(f for f in inspect_checkpoint(p, engine="sglang").findings
                if f.code == "unknown-keys")
     assert "midlayer.self_attn.q_proj.bias" in sgl.found  # SGLang builds qkv without bias

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from pfutil import sglang_cmd, target_like
+from pfutil import hub_cache, sglang_cmd, target_like
 
 from eagle3lab.cli import main
 from eagle3lab.errors import UserError
@@ -40,6 +40,33 @@ def test_cli_not_judged_is_exit_2(argv, capsys):
     assert "eagle3lab preflight: error" in capsys.readouterr().err
 
 
+def test_cli_hub_ids_not_cached_are_not_judged_exit_2(tmp_path, monkeypatch, capsys):
+    """Known bug A, through the CLI: it printed "OK: 0 error(s), 2 warning(s)" and exited 0."""
+    hub_cache(monkeypatch, tmp_path)
+    launch = ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--speculative-config",
+              '{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",'
+              '"num_speculative_tokens":3}']
+    assert main(["preflight", "--", *launch]) == 2
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("NOT JUDGED:") and "'meta-llama/Llama-3.1-8B-Instruct'" in last
+    assert "'yuhuili/EAGLE3-LLaMA3.1-Instruct-8B'" in last
+    assert main(["preflight", "--json", "--", *launch]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "not judged" and not out["judged"] and out["ok"]
+    assert [u["who"] for u in out["unresolved"]] == ["target", "drafter"]
+
+
+def test_cli_a_missing_local_drafter_is_exit_1(pf, capsys):
+    """Known bug B, through the CLI: a warning and exit 0 before."""
+    launch = ["vllm", "serve", str(pf["target"]), "--speculative-config",
+              '{"method": "eagle3", "model": "/tmp/nope-eagle3lab", '
+              '"num_speculative_tokens": 3}']
+    assert main(["preflight", "--json", "--", *launch]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "not ok" and out["judged"]
+    assert [f["severity"] for f in out["findings"] if f["code"] == "model-path"] == ["error"]
+
+
 def test_trained_aux_layers_option(pf, tmp_path, capsys):
     argv = ["preflight", "--json", "--no-engine-parser", "--engine-version", "0.5.23",
             "--trained-aux-layers", "1,3,5", "--", *sglang_cmd(pf["target"], pf["sglang"])]
@@ -69,6 +96,40 @@ def test_launcher_refuses_on_a_preflight_error_before_any_process(pf, tmp_path, 
         launch.start(_glm_launch(pf, tmp_path), run_dir=tmp_path / "run")
     assert not e.value.report.ok and isinstance(e.value, UserError)
     assert not (tmp_path / "run" / "sglang.log").exists()
+
+
+def _vllm_launch(target, draft):
+    from eagle3lab.server.launch import LaunchConfig
+
+    return LaunchConfig(target=str(target), draft=str(draft), engine="vllm", port=0)
+
+
+def test_launcher_starts_an_unresolved_or_cached_hub_id_and_refuses_a_missing_path(
+        pf, tmp_path, monkeypatch):
+    """`start()` refuses on `not report.ok`: a hub-id target is judged in full where it is
+    cached, is only "not judged" (a warning, no refusal) where it is not, and a local path
+    that does not exist is an error (refused before any process)."""
+    from eagle3lab.preflight.run import PreflightRefused
+    from eagle3lab.server import launch
+
+    started = []
+
+    class Handle:  # what start() returns, without a process
+        notes: list = []
+
+    monkeypatch.setattr(launch, "start_command", lambda argv, **kw: started.append(
+        (argv, kw["preflight"])) or Handle())
+    cache = hub_cache(monkeypatch, tmp_path)
+    cache("some-org/cached-target", pf["target"])
+    launch.start(_vllm_launch("some-org/cached-target", pf["spec"]), run_dir=tmp_path / "run")
+    report = started[-1][1]
+    assert report["judged"] and report["ok"] and report["capture"]["status"] == "yes"
+    launch.start(_vllm_launch("some-org/not-cached", pf["spec"]), run_dir=tmp_path / "run")
+    assert started[-1][1]["verdict"] == "not judged"
+    with pytest.raises(PreflightRefused, match=r"\[model-path\]"):
+        launch.start(_vllm_launch(pf["target"], tmp_path / "no-such-drafter"),
+                     run_dir=tmp_path / "run")
+    assert len(started) == 2
 
 
 def test_benchmark_records_a_refused_arm_and_runs_no_server(pf, tmp_path, monkeypatch):

@@ -49,10 +49,12 @@ def test_reference_server_start_bench_stop(tmp_path, default_target_dir, no_orph
     assert rep["signals"] == ["SIGTERM"] and rep["returncode"] == 0
     assert not process.group_members(h.pgid)
 
-    r = analyse_log(h.log_path)
-    assert r["verdict"] == "ready" and r["crash"] is None
+    r = analyse_log(h.log_path)  # the log ends in the server's shutdown: exited
+    assert r["verdict"] == "exited" and r["crash"] is None
     assert [p["phase"] for p in r["phases"]] == ["launch", "load-weights", "weights-loaded",
-                                                 "http-server", "ready"]
+                                                 "http-server", "ready", "shutdown"]
+    assert r["shutdown"]["marker"] == "Received SIGTERM; shutting down."
+    assert r["shutdown"]["ready_before"] and r["stop"]["signals"] == ["SIGTERM"]
     assert len(r["decode"]) == 1 + 2 + 2  # warm-up, two bench requests, one batch of two
     assert all(d["accept_len"] is None and d["gen_throughput"] > 0 for d in r["decode"])
     assert "Shutdown complete." in h.log_path.read_text()
@@ -84,3 +86,34 @@ def test_speculative_serves_the_default_drafter(tmp_path, default_target_dir, no
         assert info["speculative_num_draft_tokens"] == 4  # steps 3 + 1, as for --draft
     finally:
         h.stop()
+
+
+def test_a_client_that_left_is_one_line_not_a_crash(tmp_path):
+    """A /health probe that timed out (a busy machine) leaves the server a broken pipe;
+    socketserver would print a traceback, which the log reader takes for a crash (seen on
+    a 2-core machine with five reference servers: the watchdog stopped a healthy one)."""
+    import logging
+    from http.server import BaseHTTPRequestHandler
+
+    from eagle3lab.server.logs import analyse_log
+    from eagle3lab.server.reference import Httpd
+
+    log_path = tmp_path / "server.log"
+    log = logging.getLogger("test-httpd")
+    handler = logging.FileHandler(log_path)
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    httpd = Httpd(("127.0.0.1", 0), BaseHTTPRequestHandler, log=log)
+    try:
+        try:
+            raise BrokenPipeError(32, "Broken pipe")
+        except BrokenPipeError:
+            httpd.handle_error(None, ("127.0.0.1", 4242))
+    finally:
+        httpd.server_close()
+        handler.close()
+        log.removeHandler(handler)
+    text = log_path.read_text()
+    assert text.strip() == ("127.0.0.1:4242 went away before its answer was sent "
+                            "(BrokenPipeError).")
+    assert analyse_log(log_path, silence_s=1e9)["crash"] is None

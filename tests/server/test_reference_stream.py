@@ -41,21 +41,75 @@ def test_sglang_benchmark_client_streams_from_the_reference_server(tiny_spec_ser
 
 
 def test_openai_completions_return_the_same_token_ids(tiny_spec_server):
+    """vLLM 0.25.1's `CompletionResponse` (vllm/entrypoints/openai/completion/protocol.py:
+    520-562, sent whole by `model_dump()`): the ids INSIDE the choice, usage with
+    prompt_tokens_details; a model not served is a 404 NotFoundError."""
     body = {"prompt": [7, 8, 9], "max_tokens": 5, "temperature": 0.0,
             "return_token_ids": True}
     status, resp = http_json(tiny_spec_server.url + "/v1/completions", body)
     assert status == 200, resp
     _, native = http_json(tiny_spec_server.url + "/generate", {
         "input_ids": [7, 8, 9], "sampling_params": {"max_new_tokens": 5, "temperature": 0.0}})
-    assert resp["choices"][0]["token_ids"] == native["output_ids"]
-    assert resp["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+    ch = resp["choices"][0]
+    assert ch["token_ids"] == native["output_ids"] and ch["prompt_token_ids"] == [7, 8, 9]
+    assert set(ch) == {"index", "text", "logprobs", "finish_reason", "stop_reason",
+                       "token_ids", "prompt_logprobs", "prompt_token_ids", "routed_experts"}
+    assert ch["finish_reason"] == "length" and ch["stop_reason"] is None
+    assert "prompt_token_ids" not in resp and resp["object"] == "text_completion"
+    assert resp["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8,
+                             "prompt_tokens_details": None}
+    _, plain = http_json(tiny_spec_server.url + "/v1/completions",
+                         {**body, "return_token_ids": False})
+    assert plain["choices"][0]["token_ids"] is None
     status, models = http_json(tiny_spec_server.url + "/v1/models")
     assert models["data"][0]["root"] == tiny_spec_server.config.target
     status, err = http_json(tiny_spec_server.url + "/v1/completions", {**body, "model": "other"})
-    assert status == 400 and "not served here" in err["error"]["message"]
+    assert status == 404 and err["error"]["type"] == "NotFoundError"
+    assert "The model `other` does not exist." in err["error"]["message"]
+    status, err = http_json(tiny_spec_server.url + "/v1/completions",
+                            {**body, "stream_options": {"include_usage": True}})
+    assert status == 400 and "stream=True" in err["error"]["message"]
     status, err = http_json(tiny_spec_server.url + "/generate", {
         "input_ids": [1], "lora_path": "adapter", "sampling_params": {}})
     assert status == 400 and "lora_path" in err["error"]["message"]
+
+
+def _sse(url: str, body: dict) -> list:
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        events = [x[6:] for x in r.read().decode().split("\n\n") if x.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    return [json.loads(x) for x in events[:-1]]
+
+
+def test_openai_stream_as_vllm_writes_it(tiny_spec_server):
+    """vLLM 0.25.1's stream (vllm/entrypoints/openai/completion/serving.py:282-497): delta
+    ids per chunk, the prompt's ids on the first chunk only, null ids without
+    return_token_ids, and with include_usage a last chunk with no choices and the usage."""
+    body = {"prompt": [7, 8, 9], "max_tokens": 5, "temperature": 0.0, "stream": True,
+            "return_token_ids": True, "stream_options": {"include_usage": True}}
+    chunks = _sse(tiny_spec_server.url, body)
+    *parts, last = chunks
+    assert last["choices"] == [] and last["usage"] == {
+        "prompt_tokens": 3, "total_tokens": 8, "completion_tokens": 5}
+    _, whole = http_json(tiny_spec_server.url + "/v1/completions", {
+        k: v for k, v in body.items() if k not in ("stream", "stream_options")})
+    ids = [i for c in parts for i in c["choices"][0]["token_ids"]]
+    assert ids == whole["choices"][0]["token_ids"]
+    assert parts[0]["choices"][0]["prompt_token_ids"] == [7, 8, 9]
+    assert all(c["choices"][0]["prompt_token_ids"] is None for c in parts[1:])
+    assert parts[-1]["choices"][0]["finish_reason"] == "length"
+    assert "".join(c["choices"][0]["text"] for c in parts) == whole["choices"][0]["text"]
+    assert len({c["id"] for c in chunks}) == 1 and "usage" not in parts[0]
+    plain = _sse(tiny_spec_server.url, {**body, "return_token_ids": False,
+                                        "stream_options": {"include_usage": True,
+                                                           "continuous_usage_stats": True}})
+    assert all(c["choices"][0]["token_ids"] is None for c in plain[:-1])
+    assert [c["usage"]["completion_tokens"] for c in plain][-1] == 5
 
 
 def test_health_and_metrics_answer_while_requests_queue(tiny_spec_server):

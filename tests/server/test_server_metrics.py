@@ -25,6 +25,24 @@ vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} {acc}
 # TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
 vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} {p0}
 vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} {p1}
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="m"} {gen}
+vllm:generation_tokens_created{engine="0",model_name="m"} 1.7e+09
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="m"} {pt}
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} {stop}
+vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} {length}
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="m"} 0.0
+# HELP vllm:iteration_tokens_total Histogram of number of tokens per engine_step.
+# TYPE vllm:iteration_tokens_total histogram
+vllm:iteration_tokens_total_bucket{engine="0",le="1.0",model_name="m"} 3.0
+vllm:iteration_tokens_total_bucket{engine="0",le="+Inf",model_name="m"} 9.0
+vllm:iteration_tokens_total_count{engine="0",model_name="m"} 9.0
+vllm:iteration_tokens_total_sum{engine="0",model_name="m"} 640.0
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 4.0
 """
 
 
@@ -36,14 +54,24 @@ def _vllm(**v):
 
 
 def test_vllm_counters_give_accept_length_and_per_position_over_a_window():
-    before = _vllm(d0=100, d1=0, dt=200, acc=50, p0=40, p1=10, t=0.0)
-    after = _vllm(d0=110, d1=10, dt=240, acc=80, p0=58, p1=22, t=2.0)  # 20 drafts more
+    """Names, labels and types as vLLM 0.25.1 exposes them (vllm/v1/spec_decode/
+    metrics.py:228-264, vllm/v1/metrics/loggers.py:431-688): counters as NAME_total, a
+    histogram whose name ends in _total (`vllm:iteration_tokens_total`) left alone."""
+    before = _vllm(d0=100, d1=0, dt=200, acc=50, p0=40, p1=10, gen=1000, pt=300, stop=2,
+                   length=5, t=0.0)
+    after = _vllm(d0=110, d1=10, dt=240, acc=80, p0=58, p1=22, gen=1050, pt=340, stop=3,
+                  length=8, t=2.0)  # 20 drafts, 50 tokens, 4 requests more
     w = window(before, after)
     assert w["source"] == "vllm"
     assert (w["drafts"], w["draft_tokens"], w["accepted"]) == (20, 40, 30)
     assert w["accept_length"] == pytest.approx(1 + 30 / 20)  # vLLM: 1 + accepted / drafts
     assert w["acceptance_rate"] == pytest.approx(30 / 40)
     assert w["per_position"] == pytest.approx([18 / 20, 12 / 20])
+    assert w["per_position_accepted"] == [18, 12]
+    assert (w["generation_tokens"], w["tokens_per_s"]) == (50, 25)
+    assert (w["requests"], w["prompt_tokens"]) == (4, 40)
+    assert ("vllm:iteration_tokens_total", None) not in after["counters"]
+    assert after["gauges"]["vllm:num_requests_running"] == 4
 
 
 def test_reference_exposition_round_trips_through_the_parser():
@@ -52,12 +80,17 @@ def test_reference_exposition_round_trips_through_the_parser():
     for accepted in (0, 1, 3, 2, 3):  # five verify steps, as observe_draft counts them
         m.observe_draft(accepted)
     m.observe_tokens(14, streaming=False)
+    m.observe_request(prompt_tokens=6, finish_reason="length")
     m.set_batch(running=1, waiting=2, accept_length=2.8, accept_rate=0.6, throughput=9.0)
     text = m.render().decode()
     for name in ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
                  "vllm:spec_decode_num_accepted_tokens_total",
                  'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",'
                  'model_name="tiny",position="2"}', "vllm:num_requests_waiting",
+                 'vllm:request_success_total{engine="0",finished_reason="length",'
+                 'model_name="tiny"} 1.0', 'vllm:request_success_total{engine="0",'
+                 'finished_reason="abort",model_name="tiny"} 0.0',
+                 'vllm:prompt_tokens_total{engine="0",model_name="tiny"} 6.0',
                  "sglang:spec_accept_length", "sglang:spec_accept_rate",
                  "sglang:num_queue_reqs", "sglang:spec_verify_calls_total"):
         assert name in text
@@ -67,6 +100,7 @@ def test_reference_exposition_round_trips_through_the_parser():
     assert w["per_position"] == pytest.approx([0.8, 0.6, 0.4])
     assert w["accept_length"] == pytest.approx(1 + 9 / 5)
     assert w["generation_tokens"] == 14 and w["tokens_per_s"] == 14
+    assert (w["requests"], w["prompt_tokens"]) == (1, 6)
     assert w["sglang_accept_length"] == 2.8
     df = positions_frame([{**w, "t_end": 1.0}])
     assert list(df["position"]) == [1, 2, 3] and list(df["p_cumulative"]) == w["per_position"]

@@ -6,7 +6,6 @@ verdicts, decode table and findings as SGLang's; a fake `vllm` process under the
 import json
 import logging
 import os
-import stat
 import sys
 import textwrap
 
@@ -76,7 +75,8 @@ def test_vllm_serve_command_is_exact_and_parses_back():
                        tp=2, cuda_graph=False, max_running_requests=16, port=8000,
                        python="/venv/bin/python")
     argv = cfg.to_argv()
-    assert argv == ["/venv/bin/vllm", "serve", "/m/Llama-3.1-8B", "--host", "127.0.0.1",
+    assert argv == ["/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve",
+                    "/m/Llama-3.1-8B", "--host", "127.0.0.1",
                     "--port", "8000", "--tensor-parallel-size", "2", "--speculative-config",
                     json.dumps({"method": "eagle3", "model": "/d/eagle3",
                                 "num_speculative_tokens": 3}),
@@ -139,31 +139,84 @@ def test_vllm_acceptance_collapse_crash_and_hang(tmp_path):
 
 
 def test_a_vllm_process_under_the_watchdog(tmp_path, no_orphans):
-    """A stand-in `vllm` executable beside a stand-in `python`: it prints vLLM's start-up
-    and decode lines, then serves nothing and waits; the launcher starts it with the
-    exact vllm serve argv in its own group, the watchdog reads it to ready, stop() ends it."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
+    """A stand-in `vllm.entrypoints.cli.main` module (the `vllm` script's module, which the
+    launcher runs with its interpreter): it prints vLLM's start-up and decode lines, then
+    serves nothing and waits; the launcher starts it with the exact argv in its own group,
+    the watchdog reads it to ready, stop() ends it."""
+    pkg = tmp_path / "fake" / "vllm" / "entrypoints" / "cli"
+    pkg.mkdir(parents=True)
+    for d in (pkg, pkg.parent, pkg.parent.parent):
+        (d / "__init__.py").write_text("")
     lines = startup() + decode(2.5, [0.7, 0.5, 0.3], "06:01:15")
-    fake = bindir / "vllm"
-    fake.write_text(f"#!{sys.executable}\n" + textwrap.dedent(f"""
+    (pkg / "main.py").write_text(textwrap.dedent(f"""
         import sys, time
         assert sys.argv[1] == "serve", sys.argv
         for ln in {lines!r}:
             print(ln, flush=True)
         time.sleep(600)
         """))
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     cfg = LaunchConfig(engine="vllm", target="/m/t", draft="/d/e", steps=3, port=0,
-                       python=str(bindir / "python"))
+                       python=sys.executable,
+                       env={"PYTHONPATH": str(tmp_path / "fake")})
     h = start(cfg, run_dir=tmp_path / "run", name="vllm", check=False)
     try:
         st = h.watchdog(silence_s=30, poll_s=0.1).wait(30)
         assert st["verdict"] == "ready" and st["phase"] == "ready", st
-        assert h.argv[:3] == [str(fake), "serve", "/m/t"]
+        assert h.argv[:5] == [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve",
+                              "/m/t"]
     finally:
         rep = h.stop(grace_s=5)
     assert rep["signals"] == ["SIGTERM"]
     r = analyse_log(h.log_path)
     assert r["format"] == "vllm" and r["decode"][0]["per_position"] == [0.7, 0.5, 0.3]
+    assert r["verdict"] == "exited"  # the launcher's stop line ends the log
     assert os.path.exists(tmp_path / "run" / "vllm.launch.json")
+
+
+def test_eagle3lab_serve_engine_vllm_watches_to_ready_and_stops_on_sigterm(tmp_path,
+                                                                        no_orphans):
+    """`eagle3lab serve --engine vllm`: preflight, the launcher and the watchdog from the
+    command line, with the stand-in vLLM module: ready is printed, SIGTERM stops the group,
+    the log reads `exited`; a launch preflight refuses is refused with its table."""
+    import signal
+    import subprocess
+    import time
+
+    pkg = tmp_path / "fake" / "vllm" / "entrypoints" / "cli"
+    pkg.mkdir(parents=True)
+    for d in (pkg, pkg.parent, pkg.parent.parent):
+        (d / "__init__.py").write_text("")
+    (pkg / "main.py").write_text(textwrap.dedent(f"""
+        import sys, time
+        assert sys.argv[1:3] == ["serve", {str(tmp_path / "t")!r}], sys.argv
+        assert sys.argv[-2:] == ["--dtype", "bfloat16"], sys.argv
+        for ln in {startup()!r}:
+            print(ln, flush=True)
+        time.sleep(600)
+        """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    argv = [sys.executable, "-m", "eagle3lab", "serve", "--engine", "vllm", "--target",
+            str(tmp_path / "t"), "--port", "0", "--run-dir", str(tmp_path / "run"), "--",
+            "--dtype", "bfloat16"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=env)
+    out = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        out.append(p.stdout.readline())
+        if "is ready at http://127.0.0.1:" in out[-1]:
+            break
+    else:
+        p.kill()
+        raise AssertionError("".join(out))
+    p.send_signal(signal.SIGTERM)
+    rest, _ = p.communicate(timeout=60)
+    assert p.returncode == 0, "".join(out) + rest
+    assert "stopped (SIGTERM); log verdict exited" in rest
+    assert "python" in out[0] and "-m vllm.entrypoints.cli.main serve" in out[0]
+
+    r = subprocess.run(argv[:-3] + ["--draft", "/tmp/nope-eagle3lab", "--", "--dtype",
+                                    "bfloat16"], capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and "preflight refuses this launch" in r.stderr
+    assert "model-path" in r.stderr

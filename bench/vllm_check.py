@@ -51,7 +51,6 @@ import tempfile
 import threading
 import time
 import traceback
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
@@ -126,8 +125,6 @@ def _clean(x):
 def _jsonable(x):
     if isinstance(x, Path):
         return str(x)
-    if isinstance(x, float) and math.isnan(x):
-        return None
     if hasattr(x, "tolist"):
         return x.tolist()
     return str(x)
@@ -208,11 +205,6 @@ def run_arm(ctx: Ctx, arm: Arm, work: Callable[[str], dict] | None) -> dict:
     return rec
 
 
-def raw_metrics(url: str) -> str:
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
-        return r.read().decode("utf-8", errors="replace")
-
-
 def jobs_for(ctx: Ctx, limit: int, dtype: str = "bfloat16") -> tuple[list, set[int]]:
     """The held-out prompts as chat-templated ids (the same ids for server and engine)."""
     from eagle3lab.specdec.accept import prompt_ids
@@ -229,11 +221,11 @@ def serve_requests(ctx: Ctx, url: str, plist: list, stops: set[int], *, max_new_
     """Greedy token-id requests through `ServerGenerator`, two /metrics scrapes around
     them; outputs, the window and the raw scrapes (saved beside the logs)."""
     from eagle3lab.data.remote import ServerGenerator
-    from eagle3lab.server.metrics import parse_metrics, window
+    from eagle3lab.server.metrics import parse_metrics, scrape_text, window
 
     gen = ServerGenerator(url, api="openai", concurrency=concurrency, retries=1)
     gen.identity()
-    before_text = raw_metrics(url)
+    before_text = scrape_text(url)
     before = {"t": time.monotonic(), **parse_metrics(before_text)}
     outs: dict[int, list[int]] = {}
     sp = {"max_new_tokens": max_new_tokens, "temperature": 0.0, "top_p": 1.0, "seed": 0,
@@ -243,7 +235,7 @@ def serve_requests(ctx: Ctx, url: str, plist: list, stops: set[int], *, max_new_
                          lambda i, ids, finish: outs.__setitem__(i, ids))
     wall = time.perf_counter() - t
     time.sleep(1.0)  # the engine core publishes its stats to the API process each step
-    after_text = raw_metrics(url)
+    after_text = scrape_text(url)
     after = {"t": time.monotonic(), **parse_metrics(after_text)}
     (ctx.run_dir / f"{name}.metrics.before.txt").write_text(before_text)
     (ctx.run_dir / f"{name}.metrics.after.txt").write_text(after_text)
@@ -586,7 +578,7 @@ def speed(ctx: Ctx, handles: dict, ready: set[str], plist: list, stops: set[int]
                            concurrency=1, name=f"{n}-speed")
         res[n] = {"tokens": r["completion_tokens"], "wall_s": r["wall_s"],
                   "tok_s": r["completion_tokens"] / r["wall_s"],
-                  "accept_length": r["window"]["accept_length"], "_outputs": r["outputs"]}
+                  "accept_length": r["window"]["accept_length"]}
         say(f"vLLM {n} batch 1: {res[n]['tok_s']:.1f} tok/s")
     for name, draft, steps, topk, dtok in (("engine-plain", None, 1, 1, None),
                                           ("engine-3,1,4", str(DRAFTER), 3, 1, None),
@@ -604,8 +596,6 @@ def speed(ctx: Ctx, handles: dict, ready: set[str], plist: list, stops: set[int]
                      "accept_length": pred["accept_length"], "tau": pred["tau"]}
         say(f"{name} batch 1: {res[name]['tok_s']:.1f} tok/s (captures "
             f"{lr.get('capture_s')} s left out)")
-    for n in list(res):
-        res[n].pop("_outputs", None)
     return res
 
 

@@ -31,10 +31,9 @@ def counts_from_histogram(histogram: list[int]) -> dict[str, Any]:
 
 def counts_from_window(window: dict[str, Any]) -> dict[str, Any]:
     """Server counts from a /metrics window (`metrics.window`, vLLM counters): drafts and
-    per-position accepted counts (the rates times drafts, rounded back to counts)."""
-    drafts = window.get("drafts") or 0
-    return {"steps": int(round(drafts)),
-            "at_least": [int(round(p * drafts)) for p in window.get("per_position") or []]}
+    the accepted count per position, as the counters gave them."""
+    return {"steps": int(window.get("drafts") or 0),
+            "at_least": [int(n) for n in window.get("per_position_accepted") or []]}
 
 
 def _mean_and_se(counts: dict[str, Any]) -> tuple[float, float]:

@@ -212,7 +212,7 @@ class LogAnalyzer:
         self._decode_line(ln, msg)
         for name, value in vllm_logs.parse_facts(msg).items():
             self.facts.setdefault(name, {"value": value, "line": ln.lineno})
-        if vllm_logs.DRAFTER_LOADED.search(msg) and len(self.drafter_lines) < 8:
+        if vllm_logs.DRAFTER_BEGINS.search(msg) and len(self.drafter_lines) < 8:
             self.drafter_lines.append({"line": ln.lineno, "time": _iso(ln.time),
                                        "message": msg.strip()[:200]})
         elif self.drafter_lines and self.drafter_done is None and \

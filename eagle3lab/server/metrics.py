@@ -178,18 +178,23 @@ def parse_metrics(text: str) -> dict[str, Any]:
     return {"counters": counters, "gauges": gauges}
 
 
-def scrape(url: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
-    """GET URL/metrics -> `parse_metrics` plus the time `t` (monotonic seconds)."""
+def scrape_text(url: str, *, timeout_s: float = 10.0) -> str:
+    """GET URL/metrics as the engine wrote it (UserError when it does not answer)."""
     from eagle3lab.errors import UserError
 
     try:
         with urllib.request.urlopen(f"{url.rstrip('/')}/metrics", timeout=timeout_s) as r:
-            text = r.read().decode("utf-8", errors="replace")
+            return r.read().decode("utf-8", errors="replace")
     except urllib.error.HTTPError as e:
         raise UserError(f"{url}/metrics answered HTTP {e.code}. SGLang exposes it only with "
                         f"--enable-metrics; vLLM always does.") from None
     except (urllib.error.URLError, OSError) as e:
         raise UserError(f"Cannot reach {url}/metrics: {e}. Is the server up?") from None
+
+
+def scrape(url: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
+    """GET URL/metrics -> `parse_metrics` plus the time `t` (monotonic seconds)."""
+    text = scrape_text(url, timeout_s=timeout_s)
     return {"t": time.monotonic(), **parse_metrics(text)}
 
 

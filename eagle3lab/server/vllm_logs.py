@@ -178,7 +178,7 @@ FACTS: list[tuple[str, re.Pattern]] = [
 #: vllm/v1/worker/gpu/model_runner.py:302; V1: gpu_model_runner.py, after the drafter).
 MODEL_LOADED = re.compile(r"^Model loading took")
 #: Lines where the drafter's load begins (the aux-layer line comes before its weights).
-DRAFTER_LOADED = re.compile(r"^Loading drafter model|^Detected EAGLE model|"
+DRAFTER_BEGINS = re.compile(r"^Loading drafter model|^Detected EAGLE model|"
                             r"^Capturing model for speculator|^Using (?:Eagle3 )?auxiliary "
                             r"layers from")
 

@@ -12,10 +12,9 @@ from eagle3lab.server.agreement import (compare, counts_from_histogram, counts_f
 
 def window_of(hist):
     """What two vLLM /metrics scrapes around the same decoding give (metrics.window):
-    drafts and per-position accepted / drafts."""
-    steps = sum(hist)
-    return {"drafts": float(steps),
-            "per_position": [sum(hist[k:]) / steps for k in range(1, len(hist))]}
+    drafts and the accepted count per position (counters are floats in prometheus)."""
+    return {"drafts": float(sum(hist)),
+            "per_position_accepted": [float(sum(hist[k:])) for k in range(1, len(hist))]}
 
 
 def test_the_same_decoding_read_from_both_sides_agrees_exactly():

@@ -147,6 +147,8 @@ def pack(*, budget_mib: float | None = None, work: Path = WORK, log=print) -> di
     from eagle3lab.errors import UserError
 
     budget = default_budget_mib() if budget_mib is None else budget_mib
+    if budget < 1 and budget_mib is not None:
+        raise UserError(f"--budget-mib {budget_mib:g}: a chunk must be at least 1 MiB.")
     if budget < 1:
         raise UserError(f"only {budget:.1f} MiB per call are left for carries (the working "
                         f"tree sends {tree_bytes() / 2**20:.1f} MiB of the {CALL_LIMIT_MIB}); "

@@ -125,9 +125,11 @@ def run_engine(args) -> int:
         if st["verdict"] != "ready":
             for c in st.get("causes", []):
                 print(f"  likely cause: {c['cause']}\n  fix: {c['fix']}", file=sys.stderr)
+            last = next((ln for ln in reversed(handle.log_path.read_text(
+                errors="replace").splitlines()) if ln.strip() and not ln.startswith("#")), "")
             print(f"eagle3lab serve: error: {args.engine} did not become ready "
-                  f"({st['verdict']}: {st['reason']}); its log: {handle.log_path}",
-                  file=sys.stderr)
+                  f"({st['verdict']}: {st['reason']}); its log ({handle.log_path}) ends: "
+                  f"{last.strip()[:300]}", file=sys.stderr)
             return 1
         print(f"eagle3lab serve: {args.engine} is ready at {handle.url}; Ctrl-C stops it.",
               flush=True)

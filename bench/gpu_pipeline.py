@@ -44,7 +44,7 @@ def accept_stage(*, drafter: Path, dst: Path, target: str, device: str, dtype: s
     one object per setting, written to `dst`."""
     from eagle3lab.specdec.accept import measure_acceptance
     from eagle3lab.fsutil import atomic_write_json
-    from eagle3lab.target.adapter import load_target
+    from eagle3lab.targets.adapter import load_target
 
     tgt = load_target(target, device=device, dtype=dtype)  # once, for every setting
     results, row = [], {}
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     from eagle3lab.data.selfprompt import synthesize_prompts
     from eagle3lab.data.stagerun import DEFAULT_TIMEOUT_S
     from eagle3lab.data.vocab import build_shard_vocab
-    from eagle3lab.target.adapter import load_target, resolve_device
+    from eagle3lab.targets.adapter import load_target, resolve_device
     from eagle3lab.train import TrainConfig, pack_drafter, train_run
     from eagle3lab.workdir import WorkDir
 

@@ -39,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     from eagle3lab.data.prompts import chat_prompt_ids, load_prompts
     from eagle3lab.data.regenerate import regenerate
     from eagle3lab.data.remote import TargetInfo
-    from eagle3lab.server.launch import LaunchConfig, start
-    from eagle3lab.server.loadgen import sweep
+    from eagle3lab.engines.argv import LaunchConfig
+    from eagle3lab.measure.loadgen import sweep
+    from eagle3lab.serving.launch import start
 
     work = Path(tempfile.mkdtemp(prefix="regen-server-"))
     cfg = LaunchConfig(engine="reference", target=args.target, draft=args.draft, port=0,

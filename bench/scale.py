@@ -185,7 +185,7 @@ def launch(work: Path, name: str, nproc: int, *, argv: list[str] | None = None,
         shown = ["torchrun", "--nproc-per-node", str(nproc), "bench/scale.py", "(all-reduce)"]
     if FORK_RANKS:
         print(f"  $ {shlex.join(shown)}  (--tiny: {nproc} forked rank(s))", flush=True)
-        fork_ranks(path, nproc, env or {})
+        run_forked(path, nproc, env or {})
     else:
         print(f"  $ {shlex.join(shown)}", flush=True)
         r = subprocess.run(run + ["--", str(SCRIPT), "--worker", str(path)],
@@ -202,48 +202,33 @@ def launch(work: Path, name: str, nproc: int, *, argv: list[str] | None = None,
 FORK_RANKS = False
 
 
-def _forked_worker(rank: int, nproc: int, port: int, spec_path: str, env: dict) -> None:
-    """One forked rank: torchrun's variables when nproc > 1 (none for the one-process
-    run, as for the user's plain command), one thread, output to SPEC.rankK.log."""
-    import torch
-
-    log = f"{spec_path[:-len('.spec.json')]}.rank{rank}.log"
-    with open(log, "w") as f:
-        os.dup2(f.fileno(), 1)
-        os.dup2(f.fileno(), 2)
-    if nproc > 1:
-        os.environ.update(RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
-                          LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(port))
-    os.environ.update(OMP_NUM_THREADS="1", **env)
-    torch.set_num_threads(1)  # OpenMP is not fork-safe beyond one thread
+def _forked_worker(spec_path: str, rank: int) -> None:
+    """One forked rank (eagle3lab.distributed.fork_ranks: torchrun's variables when there
+    are several, none for the one-process run, as for the user's plain command; one
+    thread; output to SPEC.rankK.log): worker(spec), a non-zero exit raised."""
     rc = worker(spec_path)
-    sys.stdout.flush()
     if rc != 0:
-        raise RuntimeError(f"rank {rank}: exit {rc}; its output is in {log}")
+        raise RuntimeError(f"rank {rank}: exit {rc}; its output is in "
+                           f"{_rank_log(spec_path, rank)}")
 
 
-def fork_ranks(spec: Path, nproc: int, env: dict) -> None:
-    """Run worker(spec) on nproc ranks forked from this process; a failing rank stops the
-    benchmark with its traceback and the tail of its log."""
-    import torch.multiprocessing as mp
+def _rank_log(spec_path: str, rank: int) -> str:
+    return f"{spec_path[:-len('.spec.json')]}.rank{rank}.log"
 
-    sys.stdout.flush()
-    sys.stderr.flush()
-    ctx = mp.start_processes(_forked_worker, args=(nproc, free_port(), str(spec), env),
-                             nprocs=nproc, start_method="fork", join=False)
+
+def run_forked(spec: Path, nproc: int, env: dict) -> None:
+    """Run worker(spec) on nproc ranks forked from this process (the package's
+    fork_ranks); a failing rank stops the benchmark with its traceback and the tail of its
+    log."""
+    from eagle3lab.distributed import fork_ranks as fork
+
     try:
-        while not ctx.join(timeout=1):
-            pass
+        fork(lambda rank: _forked_worker(str(spec), rank), world=nproc, env=env,
+             torchrun_vars=nproc > 1, logs=lambda rank: _rank_log(str(spec), rank), poll_s=1)
     except Exception as e:  # ProcessRaisedException / ProcessExitedException
         logs = sorted(spec.parent.glob(spec.name.replace(".spec.json", ".rank*.log")))
         tails = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs)
         raise SystemExit(f"bench/scale.py: {spec.name} failed: {e}\n{tails}") from None
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-                p.join()
 
 
 # --- training -----------------------------------------------------------------------------
@@ -586,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         # what the ranks import (training: speculators, ~10 s of CPU), imported once here:
         # they are forked from this process
         for mod in ("eagle3lab.cli", "eagle3lab.cli.train", "eagle3lab.train",
-                    "eagle3lab.data.extract", "eagle3lab.target.adapter",
+                    "eagle3lab.data.extract", "eagle3lab.targets.adapter",
                     "transformers.modeling_utils", "speculators.losses", "speculators.config",
                     "speculators.models.eagle3", "speculators.models.eagle3.data",
                     "speculators.train.cli", "speculators.train.data",

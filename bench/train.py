@@ -41,8 +41,8 @@ def synthetic_shards(root: Path, n: int = 24, draft_vocab_size: int = 8192) -> P
     through the default target (realistic lengths, no generation)."""
     from eagle3lab.data.extract import extract
     from eagle3lab.data.prompts import chat_prompt_ids, conversation_record, load_prompts
-    from eagle3lab.target.adapter import load_target
     from eagle3lab.data.vocab import build_shard_vocab
+    from eagle3lab.targets.adapter import load_target
 
     tgt = load_target("smollm2-135m-instruct", device="cpu")
     tok = tgt.tokenizer
@@ -70,9 +70,9 @@ def random_shards(root: Path, *, hidden: int, layers: int, heads: int, kv_heads:
     from transformers import AutoConfig, LlamaConfig
 
     from eagle3lab.data.shards import FORMAT, FORMAT_VERSION, shard_name, write_manifest, write_shard
-    from eagle3lab.target.adapter import config_sha256
-    from eagle3lab.target.auxlayers import resolve_aux_layers
     from eagle3lab.data.vocab import build_shard_vocab
+    from eagle3lab.targets.adapter import config_sha256
+    from eagle3lab.targets.auxlayers import resolve_aux_layers
 
     tdir = root / "target"
     cfg = LlamaConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
@@ -131,7 +131,7 @@ def bench_ours(data: Path, out: Path, *, steps: int, warmup: int, max_tokens: in
 def steady_rate(out: Path, warmup: int) -> dict:
     """tokens/s of a run from its metrics.jsonl, after `warmup` steps (steady state), and
     the tokens per step."""
-    from eagle3lab.train.metrics import read_metrics
+    from eagle3lab.train.counts import read_metrics
 
     df = read_metrics(out)
     df = df[df["train_loss_0"].notna()].reset_index(drop=True)
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.warmup = max(args.warmup, 1)
 
-    from eagle3lab.target.adapter import resolve_device
+    from eagle3lab.targets.adapter import resolve_device
 
     device = resolve_device(args.device)
     root = Path(tempfile.mkdtemp(prefix="bench-train-"))

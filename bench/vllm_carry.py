@@ -89,7 +89,7 @@ def download(log=print) -> dict:
     """Every pinned wheel into .vllm/wheels (pip download --require-hashes, for the device's
     Python and platform), and the default target's GGUF beside them."""
     from eagle3lab.errors import UserError
-    from eagle3lab.target.default import find_gguf
+    from eagle3lab.targets.default import find_gguf
 
     reqs = read_requirements()
     WHEELS.mkdir(parents=True, exist_ok=True)

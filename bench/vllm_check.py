@@ -7,18 +7,18 @@ Run on the H200 after the recipe (docs/vllm.md: bench/vllm_carry.py, bench/vllm_
     python3 -P bench/vllm_check.py --stages accept,faults,regen --out $OUT     # call 1
     python3 -P bench/vllm_check.py --stages startup,speed,load --out $OUT      # call 2
 
-Every vLLM server is started through eagle3lab's launcher (`server.launch.start`: the
+Every vLLM server is started through eagle3lab's launcher (`serving.launch.start`: the
 launch's preflight first, its own process group, RUN/NAME.log) and watched by its watchdog
 (`Watchdog.wait`: phases, ready/hung/crashed); every request goes through eagle3lab's
-clients (`data.remote.ServerGenerator` for token ids in/out, `server.loadgen` for the
-concurrency sweep); /metrics through `server.metrics`; the offline side is the static
+clients (`data.remote.ServerGenerator` for token ids in/out, `measure.loadgen` for the
+concurrency sweep); /metrics through `measure.prometheus`; the offline side is the static
 engine (`specdec.batched`) on the same GPU.
 
 Stages:
 - smoke:   one speculative server (k=3, eager), 8 prompts, /metrics: the recipe's check.
 - accept:  greedy, the same held-out prompts, k=3 and k=5 (bf16) and k=3 (fp32): vLLM's
            per-position acceptance from two /metrics scrapes vs the offline engine's
-           prediction for the same prompt ids (`server.agreement`), outputs compared.
+           prediction for the same prompt ids (`measure.agreement`), outputs compared.
 - faults:  planted faults, one server each: preflight's verdict of the exact command
            before the launch, the offline engine's prediction with the drafter loaded as
            vLLM loads it (`load_as="vllm"`), then vLLM: refused or served, and the served
@@ -104,7 +104,7 @@ class Ctx:
     def target_model(self, dtype: str):
         """The target, loaded once per dtype on this process's device."""
         if dtype not in self._tgt:
-            from eagle3lab.target.adapter import load_target
+            from eagle3lab.targets.adapter import load_target
 
             device = "cuda" if self.engine == "vllm" else "cpu"
             self._tgt[dtype] = load_target(self.target, device=device, dtype=dtype)
@@ -132,7 +132,7 @@ def _jsonable(x):
 
 # --- servers ------------------------------------------------------------------------------
 def launch_config(ctx: Ctx, arm: Arm):
-    from eagle3lab.server.launch import LaunchConfig
+    from eagle3lab.engines.argv import LaunchConfig
 
     if ctx.engine == "reference":
         return LaunchConfig(engine="reference", target=ctx.target, draft=arm.draft,
@@ -153,8 +153,8 @@ def run_arm(ctx: Ctx, arm: Arm, work: Callable[[str], dict] | None) -> dict:
     """Preflight the exact launch, start it (forced: faults launch for real), watch it to a
     verdict, run `work(url)` when ready, stop it, read its log."""
     from eagle3lab.preflight.run import preflight_launch
-    from eagle3lab.server.launch import start
-    from eagle3lab.server.logs import analyse_log
+    from eagle3lab.serverlogs.analyzer import analyse_log
+    from eagle3lab.serving.launch import start
 
     cfg = launch_config(ctx, arm)
     rec: dict[str, Any] = {"arm": dataclasses.asdict(arm)}
@@ -221,7 +221,7 @@ def serve_requests(ctx: Ctx, url: str, plist: list, stops: set[int], *, max_new_
     """Greedy token-id requests through `ServerGenerator`, two /metrics scrapes around
     them; outputs, the window and the raw scrapes (saved beside the logs)."""
     from eagle3lab.data.remote import ServerGenerator
-    from eagle3lab.server.metrics import parse_metrics, scrape_text, window
+    from eagle3lab.measure.prometheus import parse_metrics, scrape_text, window
 
     gen = ServerGenerator(url, api="openai", concurrency=concurrency, retries=1)
     gen.identity()
@@ -342,8 +342,8 @@ def stage_accept(ctx: Ctx, pool, futures: dict, regen: bool) -> Callable[[], dic
 
 
 def compare_accept(served: dict[str, dict], predicted: dict[str, dict]) -> dict:
-    from eagle3lab.server.agreement import compare, counts_from_histogram, \
-        counts_from_window, table
+    from eagle3lab.measure.agreement import (compare, counts_from_histogram, counts_from_window,
+                                             table)
 
     out = {}
     for name, rec in served.items():
@@ -507,9 +507,9 @@ def _read_json(p: Path):
 def stage_call2(ctx: Ctx, stages: set[str]) -> dict:
     """Servers with vLLM's defaults (compile + CUDA graphs), plain and k=3, started together;
     then, one thing at a time: batch-1 speed vs the static engine, and the load sweep."""
-    from eagle3lab.server.launch import start
-    from eagle3lab.server.loadgen import sweep
-    from eagle3lab.server.logs import analyse_log
+    from eagle3lab.measure.loadgen import sweep
+    from eagle3lab.serverlogs.analyzer import analyse_log
+    from eagle3lab.serving.launch import start
 
     out: dict[str, Any] = {}
     arms = [Arm("graphs-plain", None, eager=False), Arm("graphs-k3", str(DRAFTER), 3,

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import (BaseModel, ConfigDict, ValidationError, ValidationInfo,
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo,
                       model_validator)
 
 from typing_extensions import Self  # typing.Self needs Python 3.11; we support 3.10
 
+from eagle3lab import __version__
 from eagle3lab.errors import UserError
 
 #: Name of the embedded default target (a real pretrained LLM shipped inside a PyPI package).
@@ -28,8 +29,6 @@ def package_versions(packages: tuple[str, ...]) -> dict[str, str]:
     """eagle3lab's version and each package's installed version ("not installed" when
     absent): what every artifact records about the code that made it."""
     from importlib.metadata import PackageNotFoundError, version
-
-    from eagle3lab import __version__
 
     out = {"eagle3lab": __version__}
     for pkg in packages:
@@ -81,6 +80,22 @@ TARGET_PRESETS: dict[str, dict[str, Any]] = {
 
 def preset_dir(name: str) -> Path:
     return models_dir() / TARGET_PRESETS[name]["dir_name"]
+
+
+def _fspath(value: Any) -> Any:
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+#: A path field of a strict config: a str, or any os.PathLike (a notebook's pathlib.Path)
+#: stored as its str, so that a config built in Python dumps to the JSON a file holds.
+PathStr = Annotated[str, BeforeValidator(_fspath)]
+
+
+def cli_group(group: str, **extra: Any) -> dict[str, Any]:
+    """A config field's `json_schema_extra` for the command whose options are generated
+    from the config (`eagle3lab.cli.common.add_config_options`): the option group it is
+    listed in, and option extras (`metavar`, `flags`: the option strings)."""
+    return {"group": group, **extra}
 
 
 class StrictConfig(BaseModel):

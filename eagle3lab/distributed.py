@@ -14,6 +14,9 @@ layer that disagree on them:
   rank 0 only and hands every rank its result, or the same error;
 - one error printed by every rank: `report` lets rank 0 print what every rank raises and
   puts the message into torchrun's error file, so its summary shows it.
+- tests and the `--tiny` benchmark that start their ranks each their own way:
+  `fork_ranks` forks torchrun's ranks from the calling process (no torchrun, no new
+  interpreter per rank), the one helper tests/testutil.py and bench/scale.py use.
 
 Communication and process management are PyTorch's own. Without torchrun no process group
 is started and every collective returns its input, so a one-process run is exactly what it
@@ -250,3 +253,80 @@ def report(e: UserError) -> tuple[bool, float]:
     except UserError:  # RANK unreadable: better twice than never
         main = True
     return main or failure, (e.linger_s if failure else 0.0)
+
+
+# --- ranks forked from this process (tests and the --tiny benchmark) ----------------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _forked_rank(rank: int, world: int, port: int, env: dict[str, str], torchrun_vars: bool,
+                 logs: Callable[[int], str] | None, fn: Callable[[int], Any]) -> None:
+    """One forked rank: its output to logs(rank) (when given), torchrun's variables (when
+    `torchrun_vars`), one thread (torchrun's OMP_NUM_THREADS=1; OpenMP is not fork-safe
+    beyond one), `env`, then fn(rank)."""
+    import sys
+
+    import torch
+
+    if logs is not None:
+        with open(logs(rank), "w") as f:
+            os.dup2(f.fileno(), 1)
+            os.dup2(f.fileno(), 2)
+        # also where sys.stdout / sys.stderr were replaced (pytest's capture, a notebook)
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)
+    if torchrun_vars:
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                          LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(port))
+    os.environ.update(OMP_NUM_THREADS="1", **env)
+    torch.set_num_threads(1)
+    try:
+        fn(rank)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def fork_ranks(fn: Callable[[int], Any], *, world: int = 2, env: dict[str, str] | None = None,
+               limit_s: float | None = None, stop_when: Callable[[], bool] | None = None,
+               torchrun_vars: bool = True, logs: Callable[[int], str] | None = None,
+               poll_s: float = 0.5) -> None:
+    """The ranks of a torchrun job without torchrun: `world` processes forked from this one
+    (the libraries are not imported again per rank: ~15 s of CPU each on a small machine),
+    each calling fn(rank) with torchrun's RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE /
+    MASTER_ADDR / MASTER_PORT set (a free port; `torchrun_vars=False`: none, as for a plain
+    one-process command), OMP_NUM_THREADS=1 and one torch thread, and `env`.
+
+    Waits until every rank has ended, or until stop_when() is true (the ranks still running
+    are then killed: a hung rank). A rank that raises or exits non-zero raises here (torch's
+    ProcessRaisedException carries its traceback); past `limit_s` seconds a TimeoutError is
+    raised. `logs(rank)`: a file each rank's stdout and stderr go to. Every rank still alive
+    when this returns or raises is killed. Prevents two copies of this helper (the tests',
+    bench/scale.py's) that set the ranks up differently."""
+    import sys
+
+    import torch.multiprocessing as mp
+
+    sys.stdout.flush()  # else a buffered line is printed again by every forked rank
+    sys.stderr.flush()
+    ctx = mp.start_processes(_forked_rank, args=(world, _free_port(), dict(env or {}),
+                                                 torchrun_vars, logs, fn),
+                             nprocs=world, start_method="fork", join=False)
+    deadline = None if limit_s is None else time.monotonic() + limit_s
+    try:
+        while not (stop_when is not None and stop_when()) and not ctx.join(timeout=poll_s):
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"the {world} forked ranks did not finish within "
+                                   f"{limit_s:g} s")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+                p.join()

@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from eagle3lab.errors import UserError
+
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
@@ -66,8 +68,6 @@ def read_appended_jsonl(path: str | os.PathLike, is_record: Callable[[dict], boo
     may be killed while writing), read line by line. A torn last line (a crash mid-write) is
     cut off the file; a bad line followed by good ones is not a crash, so it is refused
     (naming the line) rather than cut, which would throw the good records after it away."""
-    from eagle3lab.errors import UserError
-
     path = Path(path)
     if not path.exists():
         return []
@@ -99,8 +99,6 @@ def read_json_object(path: str | os.PathLike, *, what: str = "JSON file",
                      fix: str = "Fix or delete it.") -> dict[str, Any]:
     """The JSON object in `path`; a missing, unreadable, non-UTF-8, malformed or non-object
     file raises a UserError naming the file, the line where known, and `fix`."""
-    from eagle3lab.errors import UserError
-
     path = Path(path)
     try:
         obj = json.loads(path.read_bytes().decode("utf-8"))
@@ -156,8 +154,6 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
 
 def check_writable_dir(path: str | os.PathLike, what: str = "output directory") -> Path:
     """Create `path` if needed and prove we can write there; raise UserError otherwise."""
-    from eagle3lab.errors import UserError
-
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,10 @@ import pytest
 from markers import pytest_collection_modifyitems, real_target_only_when_marked  # noqa: F401
 from testutil import make_tiny_llama
 
+# The live-server fixtures (fake servers, no orphans, the tiny reference server), shared by
+# tests/serving, tests/serverlogs, tests/measure and tests/refserver.
+pytest_plugins = ["serverutil"]
+
 # On a CPU shared with other jobs, OpenMP threads that spin-wait for a descheduled sibling
 # make every op ~20x slower; passive waiting avoids it. Effective only if torch is not yet
 # imported in this process, and inherited by the papermill kernels the notebook tests start.
@@ -26,7 +30,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 @pytest.fixture(scope="session")
 def default_target_dir() -> Path:
     """The real SmolLM2-135M-Instruct, converted and verified (a no-op once prepared)."""
-    from eagle3lab.target.default import prepare_target
+    from eagle3lab.targets.default import prepare_target
 
     return prepare_target(verbose=False)
 
@@ -36,7 +40,7 @@ def real_target(default_target_dir):
     """The real default target loaded once (CPU, fp32) for the tests that only run it
     (generate, extract, capture, decode: none changes its weights, dtype or hooks); ~8 s
     per load saved. A test that changes a loaded target loads its own."""
-    from eagle3lab.target.adapter import load_target
+    from eagle3lab.targets.adapter import load_target
 
     return load_target(str(default_target_dir), device="cpu")
 
@@ -48,7 +52,7 @@ def tokenizer_dir(tmp_path_factory) -> Path:
     These are the files `prepare_target` saves beside the converted weights."""
     from transformers import AutoTokenizer
 
-    from eagle3lab.target.default import find_gguf
+    from eagle3lab.targets.default import find_gguf
 
     gguf = find_gguf()
     out = tmp_path_factory.mktemp("smollm2-tokenizer")
@@ -63,7 +67,7 @@ def tiny_target_dir(tmp_path_factory, tokenizer_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_target(tiny_target_dir):
-    from eagle3lab.target.adapter import load_target
+    from eagle3lab.targets.adapter import load_target
 
     return load_target(str(tiny_target_dir), device="cpu")
 

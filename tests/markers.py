@@ -10,6 +10,9 @@ weights of a real model) and `-m "not slow"` quietly running notebooks:
 - while a test that is not marked `real` runs, the data root (EAGLE3LAB_DATA) is an empty
   directory and converting the default target fails the test, so one that reaches for the
   real model by its preset name fails instead of converting (or silently using) it.
+
+Also prevents a test left out of `make test` (`-m "not full"`) that `-m "not slow"` still
+runs: a test marked `full` (only in `make test-all` and CI) and not `slow` stops the run.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ def marker_problems(items) -> list[str]:
                             f"(default_target_dir) but is not marked `real`")
         if _runs_notebooks(item) and not item.get_closest_marker("slow"):
             problems.append(f"{item.nodeid}: runs a notebook but is not marked `slow`")
+        if item.get_closest_marker("full") and not item.get_closest_marker("slow"):
+            problems.append(f"{item.nodeid}: marked `full` (too slow for `make test`) but "
+                            f"not `slow`")
     return problems
 
 
@@ -71,7 +77,7 @@ def real_target_only_when_marked(request, monkeypatch, tmp_path_factory):
     """Outside `real` tests: an empty data root, and no conversion of the default target."""
     if request.node.get_closest_marker("real"):
         return
-    import eagle3lab.target.default as default
+    import eagle3lab.targets.default as default
 
     def refuse(*args, **kwargs):
         pytest.fail(f"{request.node.nodeid} is not marked `real` but converts or loads the "

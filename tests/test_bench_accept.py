@@ -10,9 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "accept.py"
 
 
+@pytest.mark.slow
+@pytest.mark.full
 def test_shape_tiny_every_section(tokenizer_dir, tmp_path):
     import shutil
 
@@ -41,25 +45,35 @@ def test_shape_tiny_every_section(tokenizer_dir, tmp_path):
     assert static_tau >= 1.0
 
 
-def test_bad_input_is_one_line_not_a_traceback(tokenizer_dir, tmp_path):
+def test_bad_input_is_one_line_not_a_traceback(tokenizer_dir, tmp_path, monkeypatch, capsys):
     """A bench script answers bad input as the CLI does (`eagle3lab.cli.guarded`): a missing
-    target is a UserError line, exit 1; a truncated config.json (transformers' own OSError)
-    one `unexpected error` line naming the bench frame it passed through, exit 2."""
+    target is a UserError line, exit 1 (the script run as a process); a truncated
+    config.json (transformers' own OSError) one `unexpected error` line naming the bench
+    frame it passed through, exit 2 (the script's entry point, `bench_main`, in this
+    process: a second interpreter would import torch again for the same path)."""
+    import importlib.util
     import shutil
 
-    def bench(target):
-        r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--target", str(target),
-                            "--shape", "tiny", "--limit", "1"],
-                           capture_output=True, text=True, timeout=600)
-        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-        return r.returncode, r.stderr
+    from eagle3lab.cli import bench_main
 
-    code, err = bench(tmp_path / "absent")
+    args = ["--shape", "tiny", "--limit", "1"]
+    r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--target", str(tmp_path / "absent"),
+                        *args], capture_output=True, text=True, timeout=600)
+    code, err = r.returncode, r.stderr
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert code == 1 and err.startswith(f"bench/accept.py: error: Target '{tmp_path / 'absent'}'"
                                         " does not exist.")
     tok = tmp_path / "tok"
     shutil.copytree(tokenizer_dir, tok)
     (tok / "config.json").write_text('{"model_type": "lla')  # truncated
-    code, err = bench(tok)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script puts the repo first
+    monkeypatch.delenv("EAGLE3LAB_DEBUG", raising=False)
+    spec = importlib.util.spec_from_file_location("bench_accept", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    capsys.readouterr()
+    code = bench_main("accept.py", lambda: script.main(["--target", str(tok), *args]))
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert code == 2 and err.startswith("bench/accept.py: unexpected error: OSError: ")
     assert "config.json" in err and "[in bench/accept.py:" in err and "EAGLE3LAB_DEBUG=1" in err

@@ -32,12 +32,13 @@ def _run(out: Path, *extra: str) -> dict[str, dict]:
 
 @pytest.mark.real
 @pytest.mark.slow
+@pytest.mark.full
 def test_cpu_smoke(tmp_path, default_target_dir, real_target):
     import torch
     from safetensors.torch import load_file
 
-    from eagle3lab.formats.inspect import inspect_checkpoint
     from eagle3lab.data.prompts import load_prompts
+    from eagle3lab.formats.doctor import inspect_checkpoint
     from eagle3lab.specdec.engine import SpecEngine
     from eagle3lab.specdec.load import load_engine
 

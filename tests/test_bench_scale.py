@@ -17,6 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "scale.py"
 
 
 @pytest.mark.slow
+@pytest.mark.full
 def test_tiny_runs_on_cpu(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--work", str(tmp_path),
                         "--parts", "train,extract,link,loader,batching"],

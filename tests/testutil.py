@@ -60,43 +60,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _forked_rank(rank: int, world: int, port: int, env: dict, fn) -> None:
-    import os
-
-    import torch
-
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), OMP_NUM_THREADS="1", **env)
-    torch.set_num_threads(1)  # as torchrun's OMP_NUM_THREADS=1; OpenMP is not fork-safe
-    fn(rank)
-
-
 def fork_ranks(fn, *, world: int = 2, env: dict | None = None, limit_s: float = 120,
                stop_when=None) -> None:
-    """The ranks of a torchrun job without torchrun: `world` processes forked from this
-    one (so the libraries are not imported again per rank, ~15 s of CPU each on a small
-    machine), each with torchrun's variables set (gloo on the CPU, one thread), calling
-    fn(rank). Waits until every rank has ended, or until stop_when() is true (then the
-    others are killed: a hung rank); fails the test after limit_s. A rank that raises
-    fails the test with its traceback."""
-    import time
+    """`eagle3lab.distributed.fork_ranks` with a test's time limit: the ranks of a torchrun
+    job forked from this process (the libraries are not imported again per rank), each
+    calling fn(rank); waits until every rank has ended or stop_when() is true (the others
+    are then killed: a hung rank). A rank that raises fails the test with its traceback;
+    ranks still running after limit_s fail it with a TimeoutError."""
+    from eagle3lab.distributed import fork_ranks as fork
 
-    import pytest
-    import torch.multiprocessing as mp
-
-    ctx = mp.start_processes(_forked_rank, args=(world, free_port(), env or {}, fn),
-                             nprocs=world, start_method="fork", join=False)
-    deadline = time.time() + limit_s
-    try:
-        while not (stop_when is not None and stop_when()) and not ctx.join(timeout=0.5):
-            if time.time() > deadline:
-                pytest.fail(f"the {world} ranks did not finish within {limit_s} s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-                p.join()
+    fork(fn, world=world, env=env, limit_s=limit_s, stop_when=stop_when)
 
 
 def torchrun(nproc: int, *args, module: str | None = "eagle3lab", timeout: float = 600):

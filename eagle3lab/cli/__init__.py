@@ -109,6 +109,12 @@ def guarded(prog: str, func: Callable[[], int | None], *, debug: bool, debug_hin
             print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
         time.sleep(linger_s)
         return 1
+    except BrokenPipeError:  # `eagle3lab logs ... | head`: the reader left; not an error
+        import os
+
+        # Python flushes stdout again at exit: point it at /dev/null so that flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:  # the last resort: every known bad input is a UserError
         if debug:
             traceback.print_exc()

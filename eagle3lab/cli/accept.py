@@ -65,16 +65,18 @@ def run(args) -> int:
     from eagle3lab.workdir import drafter_or_default
 
     draft = drafter_or_default(args.draft, args.target)
-    check_draft(draft)  # before --compare-failures resolves (maybe prepares) the target
-    arms = [Arm("draft", draft, args.features, args.load_as)]
-    with tempfile.TemporaryDirectory() as tmp:
+    # located and read once, before --compare-failures resolves (maybe prepares) the
+    # target; every arm on it shares the opened drafter
+    drafter = check_draft(draft)
+    arms = [Arm("draft", drafter, args.features, args.load_as)]
+    with drafter, tempfile.TemporaryDirectory() as tmp:
         if args.compare_failures:
             from eagle3lab.specdec.failures import sglang_config_speculators_keys
-            from eagle3lab.target.adapter import resolve_target_path
+            from eagle3lab.targets.adapter import resolve_target_path
 
             bad = sglang_config_speculators_keys(draft, f"{tmp}/keys-mismatch",
                                                  target=resolve_target_path(args.target))
-            arms += [Arm("last_layer features", draft, "last_layer"),
+            arms += [Arm("last_layer features", drafter, "last_layer"),
                      Arm("sglang config + layers.0 keys", str(bad), "fused", "sglang")]
         r = measure_acceptance(target=args.target, arms=arms, prompts=args.prompts,
                                limit=args.limit, max_new_tokens=args.max_new_tokens,

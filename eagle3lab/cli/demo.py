@@ -1,5 +1,7 @@
 """`eagle3lab demo`: the whole pipeline on the default target as a batch report (what
-`make demo` runs): `eagle3lab report --params params/cpu-demo.yaml`."""
+`make demo` runs): `eagle3lab report --params params/cpu-demo.yaml`. Needs the repository
+checkout (notebooks/, params/, data/prompts/): an installed package run elsewhere says so in
+one line (report.plan.checkout_inputs)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,15 @@ from eagle3lab.cli.common import add_command
 from eagle3lab.config import repo_root
 
 
+def default_params() -> str:
+    """The demo's parameters file: params/cpu-demo.yaml of the checkout."""
+    return str(repo_root() / "params" / "cpu-demo.yaml")
+
+
 def add_parser(sub) -> None:
     from eagle3lab.cli.report import report_options
 
-    default = repo_root() / "params" / "cpu-demo.yaml"
+    default = default_params()
     add_command(
         sub, "demo", run,
         help="run the whole pipeline on the default target and write a report "
@@ -28,4 +35,6 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from eagle3lab.cli.report import run_with
 
-    return run_with(args)
+    default = default_params()
+    return run_with(args, command="demo",
+                    default_params=default if args.params == default else None)

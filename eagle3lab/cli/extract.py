@@ -1,21 +1,20 @@
-"""`eagle3lab extract`: aux hidden-state shards from regenerated conversations."""
+"""`eagle3lab extract`: aux hidden-state shards from regenerated conversations.
+
+The options are `ExtractConfig`'s fields (`cli.common.add_config_options`; --aux-ids in
+the one aux-ids syntax, `eagle3lab.targets.auxlayers.AUX_IDS_SYNTAX`), beside the options
+several commands share (--target, --device, --no-progress) and --draft-vocab-size (the
+vocab map built after, as `eagle3lab vocab`)."""
 
 from __future__ import annotations
 
-import argparse
-
-from eagle3lab.cli.common import (add_command, device_option, no_progress_option, scale_options,
-                                  target_option)
-
-
-def int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+from eagle3lab.cli.common import (add_command, add_config_options, config_from_args,
+                                  device_option, no_progress_option, target_option)
 
 
 def add_parser(sub) -> None:
+    from eagle3lab.data.extract import ExtractConfig
+    from eagle3lab.data.stage import STAGE_GROUPS
+
     p = add_command(
         sub, "extract", run,
         help="write EAGLE-3 training shards (aux hidden states) + manifest",
@@ -30,42 +29,19 @@ def add_parser(sub) -> None:
         "extracts a share of the conversations balanced by tokens and rank 0 merges one "
         "manifest; --device-map spreads a target larger than one GPU over several.",
         parents=[target_option("must be the model that wrote the conversations"),
-                 device_option(), scale_options(),
-                 no_progress_option()])
-    p.add_argument("--conversations", required=True, help="JSONL from `eagle3lab regenerate`")
-    p.add_argument("--out", required=True, help="shard directory")
-    p.add_argument("--aux-ids", type=int_list, default=None,
-                   help="explicit aux layer ids, e.g. 1,14,26 (default: the engines' default)")
-    p.add_argument("--aux-convention", choices=["sglang", "vllm"], default="sglang",
-                   help="how --aux-ids are meant: sglang (id k = output of layer k) or vllm "
-                   "(id k = input of layer k)")
-    p.add_argument("--dtype", default="bfloat16", help="storage dtype of the hidden states")
-    p.add_argument("--model-dtype", default="float32", help="dtype the target runs in")
-    p.add_argument("--samples-per-shard", type=int, default=64, help="samples per shard file")
-    p.add_argument("--max-tokens-per-batch", type=int, default=4096,
-                   help="padded tokens per forward")
-    p.add_argument("--max-seq-len", type=int, default=2048, help="longer samples are truncated")
-    p.add_argument("--limit", type=int, default=None, help="use only the first N conversations")
+                 device_option(), no_progress_option()])
     p.add_argument("--draft-vocab-size", type=int, default=None,
                    help="also build the draft vocab map of this size from these shards")
-    p.add_argument("--force", action="store_true", help="start even if free space looks short")
-    p.add_argument("--stop-after-shards", type=int, default=None,
-                   help="write at most this many new shards (per rank), then stop as if "
-                   "killed (for tests of resumption)")
+    add_config_options(p, ExtractConfig, groups=STAGE_GROUPS)
 
 
 def run(args) -> int:
     from eagle3lab.distributed import detect
-    from eagle3lab.data.extract import extract
+    from eagle3lab.data.extract import ExtractConfig, extract
     from eagle3lab.data.vocab import build_shard_vocab
 
-    s = extract(conversations=args.conversations, out=args.out, target=args.target,
-                aux_ids=args.aux_ids, aux_convention=args.aux_convention, dtype=args.dtype,
-                model_dtype=args.model_dtype, device=args.device, device_map=args.device_map,
-                samples_per_shard=args.samples_per_shard,
-                max_tokens_per_batch=args.max_tokens_per_batch, max_seq_len=args.max_seq_len,
-                limit=args.limit, force=args.force, progress=not args.no_progress,
-                stop_after_shards=args.stop_after_shards, dist_timeout=args.dist_timeout)
+    s = extract(config_from_args(ExtractConfig, args, "extract"),
+                progress=not args.no_progress)
     if not detect().main:  # rank 0 reports (and builds the vocab map) for all ranks
         return 0
     if not s["complete"]:

@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import sys
 
-    from eagle3lab.server.logs import analyse_log, parse_now
+    from eagle3lab.serverlogs.analyzer import analyse_log, parse_now
 
     path = Path(args.logfile)
     if not path.is_file():

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from eagle3lab.cli.common import add_command, json_option
+from eagle3lab.targets.auxlayers import AUX_IDS_SYNTAX
 
 
 def add_parser(sub) -> None:
@@ -31,8 +32,9 @@ def add_parser(sub) -> None:
                    "release its checks were read from). SGLang before 0.5.23 is judged "
                    "with the midlayer loader and the reported capture cases")
     p.add_argument("--trained-aux-layers", default=None, metavar="IDS",
-                   help="comma-separated aux layer ids the drafter was trained on, when its "
-                   "checkpoint does not record them (e.g. 2,30,58)")
+                   help=f"the aux layer ids the drafter was trained on, when its checkpoint "
+                   f"does not record them: {AUX_IDS_SYNTAX} (one word: the launch command "
+                   f"follows)")
     p.add_argument("--trained-convention", choices=("vllm", "sglang"), default="vllm",
                    help="convention of --trained-aux-layers: vllm/speculators (id = capture "
                    "point) or sglang/SpecForge (id k = output of layer k)")
@@ -49,6 +51,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from eagle3lab.errors import UserError
     from eagle3lab.preflight.run import preflight
+    from eagle3lab.targets.auxlayers import check_aux_ids
 
     launch = list(args.launch)
     if launch and launch[0] == "--":
@@ -59,11 +62,9 @@ def run(args) -> int:
               file=sys.stderr)
         return 2
     try:
-        trained = ([int(x) for x in args.trained_aux_layers.split(",") if x.strip()]
-                   if args.trained_aux_layers else None)
-    except ValueError:
-        print(f"eagle3lab preflight: error: --trained-aux-layers {args.trained_aux_layers!r} "
-              f"is not a comma-separated list of integers.", file=sys.stderr)
+        trained = check_aux_ids(args.trained_aux_layers, "--trained-aux-layers")
+    except UserError as e:
+        print(f"eagle3lab preflight: error: {e}", file=sys.stderr)
         return 2
     try:
         report = preflight(launch[0] if len(launch) == 1 else launch,

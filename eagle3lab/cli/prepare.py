@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from eagle3lab.target.default import prepare_target
+    from eagle3lab.targets.default import prepare_target
 
     path = prepare_target(name=args.name, dest=args.dest, force=args.force, gguf=args.gguf)
     print(path)

@@ -1,12 +1,19 @@
-"""`eagle3lab regenerate`: the target answers the prompts (resumable JSONL)."""
+"""`eagle3lab regenerate`: the target answers the prompts (resumable JSONL).
+
+The options are `RegenerateConfig`'s fields (`cli.common.add_config_options`), beside the
+options several commands share (--target, --device, --dtype, --system-prompt,
+--no-progress)."""
 
 from __future__ import annotations
 
-from eagle3lab.cli.common import (add_command, generation_options, scale_options,
-                                   server_options)
+from eagle3lab.cli.common import (add_command, add_config_options, config_from_args,
+                                  generation_options)
 
 
 def add_parser(sub) -> None:
+    from eagle3lab.data.regenerate import RegenerateConfig
+    from eagle3lab.data.stage import STAGE_GROUPS
+
     p = add_command(
         sub, "regenerate", run,
         help="have the target answer prompts (training responses, resumable)",
@@ -23,33 +30,16 @@ def add_parser(sub) -> None:
         "in-process ones where both round alike (fp32; in bf16 an engine's kernels and "
         "transformers' round differently and greedy answers part after a near-tie: "
         "docs/vllm.md measured 15/16 identical in fp32, 2/16 in bf16 against vLLM).",
-        parents=[generation_options(), scale_options(), server_options()])
-    p.add_argument("--prompts", default="train",
-                   help="'train' or 'eval' (shipped sets) or a JSONL file of {\"prompt\": ...}")
-    p.add_argument("--out", required=True, help="output JSONL file (appended to on resume)")
-    p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="answer length cap")
-    p.add_argument("--batch-size", type=int, default=16, help="prompts generated together")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (temperature > 0)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (per batch: seed + index)")
-    p.add_argument("--samples", type=int, default=1, help="sampled answers per prompt "
-                   "(ids PROMPT#k; needs --temperature > 0)")
+        parents=[generation_options()])
+    add_config_options(p, RegenerateConfig, groups=STAGE_GROUPS)
 
 
 def run(args) -> int:
     from eagle3lab.distributed import detect
-    from eagle3lab.data.regenerate import regenerate
+    from eagle3lab.data.regenerate import RegenerateConfig, regenerate
 
-    s = regenerate(target=args.target, prompts=args.prompts, out=args.out, limit=args.limit,
-                   max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                   temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-                   system_prompt=args.system_prompt, samples=args.samples,
-                   device=args.device, dtype=args.dtype,
-                   progress=not args.no_progress, device_map=args.device_map,
-                   dist_timeout=args.dist_timeout, server=args.server, api=args.api,
-                   concurrency=args.concurrency, server_model=args.server_model,
-                   retries=args.retries)
+    s = regenerate(config_from_args(RegenerateConfig, args, "regenerate"),
+                   progress=not args.no_progress)
     if not detect().main:  # rank 0 reports for all ranks
         return 0
     print(f"{s['out']}: {s['records']} records ({s['new_records']} new, {s['new_tokens']} new "

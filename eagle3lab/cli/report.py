@@ -43,12 +43,17 @@ def add_parser(sub) -> None:
         parents=[report_options(params_default=None)], show_defaults=False)
 
 
-def run_with(args) -> int:
+def run_with(args, *, command: str = "report", default_params: str | None = None) -> int:
+    """Run the report of `args`; command / default_params: for the one-line error of an
+    installed package run outside the checkout (report.plan.checkout_inputs)."""
+    from eagle3lab.report.plan import checkout_inputs
     from eagle3lab.report.run import run_report
 
+    notebooks = checkout_inputs(command, notebooks_dir=args.notebooks,
+                                default_params=default_params)
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
     rep = run_report(params=args.params, only=only, out=args.out, timeout_s=args.timeout,
-                     notebooks_dir=args.notebooks, progress=not args.no_progress)
+                     notebooks_dir=notebooks, progress=not args.no_progress)
     failed = [e["name"] for e in rep["steps"] if e["status"] == "failed"]
     missing = [e["name"] for e in rep["steps"] if e["status"] == "missing"]
     print(f"\nReport: {rep['out']}/index.html")

@@ -1,12 +1,19 @@
-"""`eagle3lab self-prompt`: the target writes user prompts itself (resumable JSONL)."""
+"""`eagle3lab self-prompt`: the target writes user prompts itself (resumable JSONL).
+
+The options are `SelfPromptConfig`'s fields (`cli.common.add_config_options`), beside the
+options several commands share (--target, --device, --dtype, --system-prompt,
+--no-progress)."""
 
 from __future__ import annotations
 
-from eagle3lab.cli.common import (add_command, generation_options, scale_options,
-                                   server_options)
+from eagle3lab.cli.common import (add_command, add_config_options, config_from_args,
+                                  generation_options)
 
 
 def add_parser(sub) -> None:
+    from eagle3lab.data.selfprompt import SelfPromptConfig
+    from eagle3lab.data.stage import STAGE_GROUPS
+
     p = add_command(
         sub, "self-prompt", run,
         help="have the target write user prompts itself (more training data)",
@@ -25,41 +32,16 @@ def add_parser(sub) -> None:
         "and rank 0 writes what one process would. With --server URL a running SGLang, vLLM "
         "or `eagle3lab serve` server samples instead (same prefix as token ids, per-row "
         "seeds; the server must serve the target).",
-        parents=[generation_options("needs a chat template"), scale_options(),
-                 server_options()])
-    p.add_argument("--out", required=True, help="output prompts JSONL (appended to on resume)")
-    p.add_argument("--n", "--num-prompts", dest="n", type=int, default=1000,
-                   help="prompts to keep in --out in all (under torchrun write --num-prompts: "
-                   "torchrun takes --n for an abbreviation of its own options)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0)")
-    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling")
-    p.add_argument("--max-new-tokens", type=int, default=96,
-                   help="length cap of a prompt (longer samples are dropped as unfinished)")
-    p.add_argument("--batch-size", type=int, default=64, help="prompts sampled together")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (batch b: seed + b)")
-    p.add_argument("--min-words", type=int, default=4, help="shorter prompts are dropped")
-    p.add_argument("--exclude", default="eval",
-                   help="held-out prompts no kept prompt may overlap: 'eval', 'train', a "
-                   "prompts JSONL, or 'none'")
-    p.add_argument("--max-batches", type=int, default=None,
-                   help="stop after this many batches in all, counting earlier runs "
-                   "(None: enough for --n at a 25%% keep rate)")
+        parents=[generation_options("needs a chat template")])
+    add_config_options(p, SelfPromptConfig, groups=STAGE_GROUPS)
 
 
 def run(args) -> int:
     from eagle3lab.distributed import detect
-    from eagle3lab.data.selfprompt import DROP_REASONS, synthesize_prompts
+    from eagle3lab.data.selfprompt import DROP_REASONS, SelfPromptConfig, synthesize_prompts
 
-    s = synthesize_prompts(
-        target=args.target, out=args.out, n=args.n, temperature=args.temperature,
-        top_p=args.top_p, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-        seed=args.seed, min_words=args.min_words,
-        exclude=None if args.exclude.lower() == "none" else args.exclude,
-        system_prompt=args.system_prompt, max_batches=args.max_batches, device=args.device,
-        dtype=args.dtype, progress=not args.no_progress, device_map=args.device_map,
-        dist_timeout=args.dist_timeout, server=args.server, api=args.api,
-        concurrency=args.concurrency, server_model=args.server_model,
-        retries=args.retries)
+    s = synthesize_prompts(config_from_args(SelfPromptConfig, args, "self-prompt"),
+                           progress=not args.no_progress)
     if not detect().main:  # rank 0 reports for all ranks
         return 0
     c = s["counts"]

@@ -7,6 +7,7 @@ watchdog to ready, hung or crashed, then kept up until Ctrl-C, which stops all o
 from __future__ import annotations
 
 from eagle3lab.cli.common import add_command, device_option, target_option
+from eagle3lab.engines.serve_args import add_serve_options, launch_config
 
 
 def add_parser(sub) -> None:
@@ -25,69 +26,7 @@ def add_parser(sub) -> None:
         "reference for tests and notebooks, NOT a production server. SIGUSR1 dumps every "
         "thread's stack to the log.",
         parents=[target_option(), device_option()])
-    p.add_argument("--draft", default=None,
-                   help="EAGLE-3 draft checkpoint (implies --speculative); without it and "
-                   "without --speculative, plain decoding")
-    p.add_argument("--speculative", action="store_true",
-                   help="speculative decoding; without --draft, with the default drafter "
-                   "(data/drafters/TARGET for a preset target, else the demo's trained one)")
-    p.add_argument("--steps", type=int, default=3, help="draft steps per verify")
-    p.add_argument("--topk", type=int, default=1, help="draft top-k (1 = chain)")
-    p.add_argument("--draft-tokens", type=int, default=None,
-                   help="tokens verified per step (default steps + 1 for a chain)")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind; anything but loopback is reachable from outside")
-    p.add_argument("--port", type=int, default=30000, help="port to listen on")
-    p.add_argument("--served-model-name", default=None,
-                   help="the model name /v1/models and /metrics report (default: --target, "
-                   "as vLLM)")
-    p.add_argument("--force", action="store_true",
-                   help="serve even when the launch's preflight (eagle3lab preflight) finds "
-                   "an error")
-    g = p.add_argument_group(
-        "a real engine (--engine vllm or sglang)",
-        "Starts `python -m vllm.entrypoints.cli.main serve` (= `vllm serve`) or "
-        "`python -m sglang.launch_server` with the target, the drafter (--draft, or the "
-        "default one with --speculative), --steps/--topk/--draft-tokens, --host/--port, "
-        "and every argument after `--` passed on verbatim; preflight judges the exact "
-        "command first (an error refuses unless --force); the watchdog says ready, hung "
-        "(with the likely cause) or crashed (with the traceback's last line); Ctrl-C or "
-        "SIGTERM stops the whole process group. docs/vllm.md: vLLM 0.25.1 on an H200.")
-    g.add_argument("--engine", choices=("reference", "vllm", "sglang"), default="reference",
-                   help="reference: the CPU reference server; vllm / sglang: that engine, "
-                   "which must import in --python's environment")
-    g.add_argument("--python", default=None,
-                   help="the interpreter that has the engine (default: this one)")
-    g.add_argument("--no-cuda-graph", action="store_true",
-                   help="vLLM --enforce-eager / SGLang --disable-cuda-graph (faster start, "
-                   "slower decoding)")
-    g.add_argument("--run-dir", default=None,
-                   help="where the log (ENGINE.log), the launch record and the watchdog's "
-                   "verdict go (default: data/runs/serve-ENGINE-TIMESTAMP)")
-    g.add_argument("--start-timeout-s", type=float, default=900.0,
-                   help="give up on a start that is still progressing after this long")
-    g.add_argument("--silence-s", type=float, default=240.0,
-                   help="a start with no new log line for this long (and an idle GPU) is "
-                   "hung")
-    g.add_argument("engine_args", nargs="*", metavar="-- ENGINE_ARGS",
-                   help="arguments for the engine itself, after --, e.g. -- --dtype bfloat16 "
-                   "--max-model-len 2048")
-
-
-def launch_config(args):
-    """The `LaunchConfig` of an `eagle3lab serve --engine vllm|sglang` command line (also
-    what preflight judges for it)."""
-    from eagle3lab.config import TARGET_PRESETS, preset_dir
-    from eagle3lab.server.launch import LaunchConfig
-    from eagle3lab.workdir import drafter_or_default
-
-    target = str(preset_dir(args.target)) if args.target in TARGET_PRESETS else args.target
-    draft = (str(drafter_or_default(args.draft, args.target))
-             if args.speculative or args.draft else None)
-    return LaunchConfig(engine=args.engine, target=target, draft=draft, steps=args.steps,
-                        topk=args.topk, draft_tokens=args.draft_tokens, host=args.host,
-                        port=args.port, cuda_graph=not args.no_cuda_graph,
-                        python=args.python, extra_args=list(args.engine_args))
+    add_serve_options(p)
 
 
 def run_engine(args) -> int:
@@ -99,9 +38,9 @@ def run_engine(args) -> int:
 
     from eagle3lab.config import runs_dir
     from eagle3lab.preflight.run import PreflightRefused
-    from eagle3lab.server.launch import start
-    from eagle3lab.server.logs import analyse_log
-    from eagle3lab.server.watch import print_progress
+    from eagle3lab.serverlogs.analyzer import analyse_log
+    from eagle3lab.serving.launch import start
+    from eagle3lab.serving.watch import print_progress
 
     cfg = launch_config(args)
     run_dir = args.run_dir or runs_dir() / (
@@ -152,8 +91,8 @@ def run(args) -> int:
         print("eagle3lab serve: error: arguments after -- are for --engine vllm or sglang; "
               "the reference server takes none.", file=sys.stderr)
         return 2
-    from eagle3lab.server.launch import exposure_note
-    from eagle3lab.server.reference import serve
+    from eagle3lab.refserver.server import serve
+    from eagle3lab.serving.launch import exposure_note
     from eagle3lab.workdir import drafter_or_default
 
     draft = (drafter_or_default(args.draft, args.target)
@@ -170,7 +109,8 @@ def run(args) -> int:
             return refused
     return serve(target=args.target, draft=draft, steps=args.steps, topk=args.topk,
                  draft_tokens=draft_tokens, host=args.host, port=args.port,
-                 device=args.device, served_model_name=args.served_model_name)
+                 device=args.device, served_model_name=args.served_model_name,
+                 dtype=args.dtype, threads=args.threads)
 
 
 def _preflight(args, draft, draft_tokens) -> int | None:

@@ -1,42 +1,21 @@
 """`eagle3lab train`: train an EAGLE-3 drafter on shards (speculators' model and loss).
 
-The options are generated from `TrainConfig`'s fields (names, types, defaults, and the help
-text from each field's `description`), so the CLI and the library cannot drift apart.
+The options are generated from `TrainConfig`'s fields (names, types, defaults, the help
+text from each field's `description`, and the option group each field names: data, model,
+optimiser, schedule, checkpoints, distributed) by `cli.common.add_config_options`, so the
+CLI and the library cannot drift apart.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import typing
 
-from pydantic_core import PydanticUndefined
-
-from eagle3lab.cli.common import add_command
-
-
-def _add_field_option(p: argparse.ArgumentParser, name: str, field) -> None:
-    """One `--name` option for a TrainConfig field; absent options stay unset (SUPPRESS), so
-    that --config and the config's own defaults fill them."""
-    tp, args = field.annotation, typing.get_args(field.annotation)
-    kw: dict = {"dest": name, "default": argparse.SUPPRESS, "help": field.description}
-    if field.default is not PydanticUndefined and field.default is not None:
-        kw["help"] += f" (default: {field.default})"
-    flag = "--" + name.replace("_", "-")
-    if tp is bool:
-        p.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
-        return
-    if typing.get_origin(tp) is typing.Literal:
-        kw["choices"] = list(args)
-    elif typing.get_origin(tp) is list:
-        kw.update(nargs="*", type=args[0])
-    else:  # a type, or `type | None`
-        kw["type"] = next((a for a in args if a is not type(None)), tp) if args else tp
-    p.add_argument(flag, **kw)
+from eagle3lab.cli.common import add_command, add_config_options
 
 
 def add_parser(sub) -> None:
-    from eagle3lab.train import ENGINE_PROFILES, TrainConfig
+    from eagle3lab.train import TrainConfig
+    from eagle3lab.train.config import OPTION_GROUPS, engine_profiles_text
 
     p = add_command(
         sub, "train", run,
@@ -51,15 +30,13 @@ def add_parser(sub) -> None:
         "--init-from drafter) are refused before training. Under torchrun (`torchrun "
         "--nproc-per-node N -m eagle3lab train ...`) every rank trains the one drafter: DDP, "
         "or FSDP2 with --fsdp; a step is N x --grad-accum micro-batches. --serve-engine "
-        "picks the flags "
-        f"that engine implements: {json.dumps(ENGINE_PROFILES)}.")
+        f"picks the speculators flags that engine implements: {engine_profiles_text()}.")
     p.add_argument("--config", default=None,
                    help="JSON file of TrainConfig fields; command-line options override it")
     p.add_argument("--no-verify", action="store_true",
                    help="skip checking the shards' recorded sha256s (cached by size and "
                    "mtime in sha256-cache.json, so a re-check of unchanged shards is instant)")
-    for name, field in TrainConfig.model_fields.items():
-        _add_field_option(p, name, field)
+    add_config_options(p, TrainConfig, groups=OPTION_GROUPS, from_file=True)
 
 
 def run(args) -> int:

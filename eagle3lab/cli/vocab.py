@@ -3,8 +3,9 @@ SpecForge's or speculators')."""
 
 from __future__ import annotations
 
-from eagle3lab.cli.common import add_command
+from eagle3lab.cli.common import add_command, aux_ids_option
 from eagle3lab.data.foreign import DATA_FORMATS
+from eagle3lab.targets.auxlayers import AUX_IDS_SYNTAX
 
 
 def add_parser(sub) -> None:
@@ -23,10 +24,11 @@ def add_parser(sub) -> None:
     p.add_argument("--target", default=None, help="a SpecForge / speculators set: the target "
                    "its states were captured from (asked once, then recorded in its "
                    "eagle3lab.manifest.json)")
-    p.add_argument("--aux-ids", type=int, nargs="+", default=None,
-                   help="a SpecForge / speculators set: the aux layer ids it was captured "
-                   "with, in the tool's own convention (SpecForge: SGLang's, default "
-                   "[1, L//2-1, L-4]; speculators: vLLM's, default [2, L//2, L-3])")
+    aux_ids_option(p, "--aux-ids",
+                   help=f"a SpecForge / speculators set: the aux layer ids it was captured "
+                   f"with, {AUX_IDS_SYNTAX}, in the tool's own convention (SpecForge: "
+                   f"SGLang's, default [1, L//2-1, L-4]; speculators: vLLM's, default "
+                   f"[2, L//2, L-3])")
     p.add_argument("--from-recorded", action="store_true",
                    help="a SpecForge / speculators set: take the map the tool recorded "
                    "(SpecForge's vocab_mapping/vocab_mapping.pt; speculators' token_freq.pt) "

@@ -11,27 +11,32 @@ Under torchrun every rank extracts its own contiguous share of the conversations
 by tokens) into its own complete shards, and rank 0 merges one manifest that reads exactly
 like a one-process one (`eagle3lab.data.rankparts`); a target larger than one GPU is
 spread over several with accelerate's device maps (`device_map`).
+
+The settings are `ExtractConfig`; the run is `eagle3lab.data.stage.Stage`'s order (a unit
+is one shard, written in the background while the next is computed).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
 
 from eagle3lab import __version__
-from eagle3lab.config import DEFAULT_TARGET
-from eagle3lab.distributed import Ranks
+from eagle3lab.config import PathStr, cli_group
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import check_writable_dir, sha256_file
 from eagle3lab.data import rankparts, stagerun
 from eagle3lab.data.prompts import check_limit, read_conversations
-from eagle3lab.data.shards import (FORMAT, FORMAT_VERSION, MANIFEST, read_manifest, shard_name,
-                                   write_manifest, write_packed_shard)
-from eagle3lab.target.auxlayers import resolve_aux_layers
+from eagle3lab.data.shards import (FORMAT, FORMAT_VERSION, MANIFEST, offsets_of, read_manifest,
+                                   shard_name, write_manifest, write_packed_shard)
+from eagle3lab.data.stage import Stage, StageConfig
+from eagle3lab.targets.adapter import resolve_dtype
+from eagle3lab.targets.auxlayers import AUX_IDS_SYNTAX, AuxIds, resolve_aux_layers
 
 #: Manifest fields that must match for a run to resume into an existing shard set.
 _RESUME_KEYS = ("target.config_sha256", "aux_layers.capture_points", "dtype",
@@ -97,8 +102,6 @@ def _compute_chunk(tgt, aux, chunk, chunk_lens, first_index, max_tokens_per_batc
     return the shard's packed tensors (`write_packed_shard`'s layout)."""
     import torch
 
-    from eagle3lab.data.shards import offsets_of
-
     offsets = offsets_of(chunk_lens)
     n_aux, hidden = len(aux.capture_points), tgt.hidden_size
     fused_buf, last_buf = buffers.take(int(offsets[-1]), (n_aux * hidden, hidden),
@@ -131,20 +134,55 @@ def _compute_chunk(tgt, aux, chunk, chunk_lens, first_index, max_tokens_per_batc
                                          dtype=torch.int64)}
 
 
-def extract(
-    *, conversations: str | os.PathLike, out: str | os.PathLike, target: Any = DEFAULT_TARGET,
-    aux_ids: list[int] | None = None, aux_convention: str = "sglang", dtype: str = "bfloat16",
-    model_dtype: str = "float32", device: str = "auto", device_map: str | None = None,
-    samples_per_shard: int = 64, max_tokens_per_batch: int = 4096, max_seq_len: int = 2048,
-    limit: int | None = None, force: bool = False, progress: bool = True,
-    stop_after_shards: int | None = None,
-    dist_timeout: float = stagerun.DEFAULT_TIMEOUT_S,
-) -> dict[str, Any]:
+class ExtractConfig(StageConfig):
+    """`extract`'s settings (`eagle3lab extract`'s options)."""
+
+    WHERE: ClassVar[str] = "extract"
+
+    conversations: PathStr = Field(description="JSONL from `eagle3lab regenerate`",
+                                   json_schema_extra=cli_group("data"))
+    out: PathStr = Field(description="shard directory", json_schema_extra=cli_group("data"))
+    limit: int | None = Field(None, description="use only the first N conversations",
+                              json_schema_extra=cli_group("data"))
+    aux_ids: AuxIds | None = Field(None, description=f"explicit aux layer ids, "
+                                   f"{AUX_IDS_SYNTAX} (None: the engines' default)",
+                                   json_schema_extra=cli_group("aux layers", metavar="IDS"))
+    aux_convention: Literal["sglang", "vllm"] = Field(
+        "sglang", description="how --aux-ids are meant: sglang (id k = output of layer k) "
+        "or vllm (id k = input of layer k)", json_schema_extra=cli_group("aux layers"))
+    dtype: str = Field("bfloat16", description="storage dtype of the hidden states",
+                       json_schema_extra=cli_group("data"))
+    model_dtype: str = Field("float32", description="dtype the target runs in")
+    samples_per_shard: int = Field(64, description="samples per shard file",
+                                   json_schema_extra=cli_group("batching"))
+    max_tokens_per_batch: int = Field(4096, description="padded tokens per forward",
+                                      json_schema_extra=cli_group("batching"))
+    max_seq_len: int = Field(2048, description="longer samples are truncated",
+                             json_schema_extra=cli_group("batching"))
+    force: bool = Field(False, description="start even if free space looks short",
+                        json_schema_extra=cli_group("data"))
+    stop_after_shards: int | None = Field(None, description="write at most this many new "
+                                          "shards (per rank), then stop as if killed (for "
+                                          "tests of resumption)",
+                                          json_schema_extra=cli_group("batching"))
+
+    def check(self, where: str) -> None:
+        for name in ("samples_per_shard", "max_tokens_per_batch", "max_seq_len"):
+            value = getattr(self, name)
+            if value < 1:
+                raise UserError(f"{name} (--{name.replace('_', '-')}) must be a whole number "
+                                f"of at least 1, got {value!r}.")
+        check_limit(self.limit)
+
+
+def extract(config: ExtractConfig | dict[str, Any] | None = None, /, *, target: Any = None,
+            progress: bool = True, **options: Any) -> dict[str, Any]:
     """Run the target over each conversation and write shards + manifest.json to `out`.
 
-    target: preset name, HF dir / hub id, or a loaded `Target`. dtype: storage dtype of
-    the hidden states. force: skip the free-space check. stop_after_shards: write at most
-    this many new shards (per rank), then return (used to test resumption).
+    config / options: `ExtractConfig` (or its fields as keyword arguments, which override
+    a config's). target: preset name, HF dir / hub id, or a loaded `Target`. dtype: storage
+    dtype of the hidden states. force: skip the free-space check. stop_after_shards: write
+    at most this many new shards (per rank), then return (used to test resumption).
     device_map: accelerate's device map ('auto', ...) spreading the target's layers over
     the visible GPUs (under torchrun: over each rank's equal group of its node's GPUs).
     Under torchrun, rank r extracts its contiguous share of the conversations (balanced by
@@ -152,59 +190,63 @@ def extract(
     (`eagle3lab.data.rankparts`); dist_timeout: seconds a rank waits for the others.
     Every rank returns the same summary (tokens_per_s: all ranks' tokens per second).
     """
-    return stagerun.run_stage(_extract, locals())  # every argument above
+    return ExtractStage.call(config, target=target, progress=progress, options=options)
 
 
-def _extract(ranks: Ranks, *, conversations, out, target, aux_ids, aux_convention,
-             dtype, model_dtype, device, device_map, samples_per_shard, max_tokens_per_batch,
-             max_seq_len, limit, force, progress, stop_after_shards) -> dict[str, Any]:
-    from tqdm.auto import tqdm
+class ExtractStage(Stage[ExtractConfig]):
+    """plan: the conversations, the target, the aux layers, the manifest this run writes;
+    resume: the resume check, the ranks' plan, the free-space check; a unit: one shard,
+    computed on the target while the one before is written and hashed in the background,
+    listed (in the manifest, or this rank's part file) once complete; merge: rank 0 lists
+    the ranks' shards in the one manifest once every range is complete."""
 
-    from eagle3lab.target.adapter import resolve_dtype
+    CONFIG = ExtractConfig
 
-    for name, value in (("samples_per_shard", samples_per_shard),
-                        ("max_tokens_per_batch", max_tokens_per_batch),
-                        ("max_seq_len", max_seq_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UserError(f"{name} (--{name.replace('_', '-')}) must be a whole number of at "
-                            f"least 1, got {value!r}.")
-    check_limit(limit)
-    store_dtype = resolve_dtype(dtype)
-    out = check_writable_dir(out, "shard output directory")
-    convs_path = Path(conversations)
-    convs = read_conversations(convs_path)
-    if limit is not None:
-        convs = convs[:limit]
-    tgt = stagerun.load_rank_target(target, ranks, device=device, dtype=model_dtype,
-                                    device_map=device_map)
-    aux = resolve_aux_layers(tgt.num_layers, aux_ids, aux_convention)
-    for i, c in enumerate(convs):
-        bad = [t for t in c["input_ids"] if not 0 <= t < tgt.vocab_size]
-        if bad:
-            raise UserError(f"{convs_path}, record {i + 1} (id {c.get('id')!r}): token id "
-                            f"{bad[0]} is outside the target's vocab (0..{tgt.vocab_size - 1}); "
-                            f"these conversations were made with another tokenizer.")
+    def plan(self) -> None:
+        cfg, ranks = self.config, self.ranks
+        self.store_dtype = store_dtype = resolve_dtype(cfg.dtype)
+        self.out = check_writable_dir(cfg.out, "shard output directory")
+        convs_path = Path(cfg.conversations)
+        convs = read_conversations(convs_path)
+        if cfg.limit is not None:
+            convs = convs[:cfg.limit]
+        self.convs = convs
+        self.tgt = tgt = stagerun.load_rank_target(self.target, ranks, device=self.device(),
+                                                   dtype=cfg.model_dtype,
+                                                   device_map=cfg.device_map)
+        self.aux = aux = resolve_aux_layers(tgt.num_layers, cfg.aux_ids, cfg.aux_convention)
+        for i, c in enumerate(convs):
+            bad = [t for t in c["input_ids"] if not 0 <= t < tgt.vocab_size]
+            if bad:
+                raise UserError(f"{convs_path}, record {i + 1} (id {c.get('id')!r}): token id "
+                                f"{bad[0]} is outside the target's vocab (0.."
+                                f"{tgt.vocab_size - 1}); these conversations were made with "
+                                f"another tokenizer.")
 
-    manifest = {
-        "format": FORMAT, "version": FORMAT_VERSION, "eagle3lab": __version__,
-        "target": tgt.describe(), "aux_layers": aux.to_dict(),
-        "dtype": str(store_dtype).replace("torch.", ""),
-        "tensors": {"hidden_states": f"[T, {len(aux.capture_points)}*{tgt.hidden_size}] aux "
-                    f"states (inputs of layers {list(aux.capture_points)}) concatenated",
-                    "verifier_last_hidden_states": f"[T, {tgt.hidden_size}] input of the "
-                    f"final norm", "input_ids": "int32 [T]", "loss_mask": "uint8 [T]",
-                    "offsets": "int64 [n+1]", "sample_index": "int64 [n]"},
-        "conversations": {"path": str(convs_path.resolve()), "sha256": sha256_file(convs_path),
-                          "records_used": len(convs)},
-        "params": {"samples_per_shard": samples_per_shard, "max_seq_len": max_seq_len,
-                   "max_tokens_per_batch": max_tokens_per_batch, "limit": limit,
-                   "model_dtype": model_dtype},
-        "shards": [],
-    }
-    lengths_all = [min(len(c["input_ids"]), max_seq_len) for c in convs]
+        self.manifest = {
+            "format": FORMAT, "version": FORMAT_VERSION, "eagle3lab": __version__,
+            "target": tgt.describe(), "aux_layers": aux.to_dict(),
+            "dtype": str(store_dtype).replace("torch.", ""),
+            "tensors": {"hidden_states": f"[T, {len(aux.capture_points)}*{tgt.hidden_size}] "
+                        f"aux states (inputs of layers {list(aux.capture_points)}) "
+                        f"concatenated",
+                        "verifier_last_hidden_states": f"[T, {tgt.hidden_size}] input of the "
+                        f"final norm", "input_ids": "int32 [T]", "loss_mask": "uint8 [T]",
+                        "offsets": "int64 [n+1]", "sample_index": "int64 [n]"},
+            "conversations": {"path": str(convs_path.resolve()),
+                              "sha256": sha256_file(convs_path), "records_used": len(convs)},
+            "params": {"samples_per_shard": cfg.samples_per_shard,
+                       "max_seq_len": cfg.max_seq_len,
+                       "max_tokens_per_batch": cfg.max_tokens_per_batch, "limit": cfg.limit,
+                       "model_dtype": cfg.model_dtype},
+            "shards": [],
+        }
+        self.lengths_all = [min(len(c["input_ids"]), cfg.max_seq_len) for c in convs]
 
-    def prepare() -> dict[str, Any]:
+    def resume(self) -> dict[str, Any]:
         """Rank 0 (or the one process): resume checks, the plan, the free-space check."""
+        cfg, ranks, out, manifest = self.config, self.ranks, self.out, self.manifest
+        convs, lengths_all, aux, tgt = self.convs, self.lengths_all, self.aux, self.tgt
         plan = None
         if (out / MANIFEST).exists():
             old = read_manifest(out)
@@ -219,21 +261,21 @@ def _extract(ranks: Ranks, *, conversations, out, target, aux_ids, aux_conventio
             if old.get("vocab_map"):
                 manifest["vocab_map"] = old["vocab_map"]
             plan = rankparts.resume_plan(old, out, sum(s["samples"] for s in old["shards"]),
-                                          len(convs), ranks)
+                                         len(convs), ranks)
         for stray in out.glob(".shard-*.tmp"):  # temp files of a killed run: never complete
             stray.unlink()
         done = sum(s["samples"] for s in manifest["shards"])
         if plan is None:
             rankparts.remove_shard_parts(out)  # a killed merge's leftovers
             plan = rankparts.make_plan(lengths_all[done:], done, len(manifest["shards"]),
-                                        ranks.world_size, samples_per_shard)
+                                       ranks.world_size, cfg.samples_per_shard)
         parts = rankparts.read_shard_parts(out, plan) if ranks.many else [[]]
         todo = [(a + sum(s["samples"] for s in part), b)
                 for part, (a, b) in zip(parts, plan["ranges"])]
         lengths = [x for a, b in todo for x in lengths_all[a:b]]
         truncated = sum(1 for a, b in todo for c in convs[a:b]
-                        if len(c["input_ids"]) > max_seq_len)
-        bpt = bytes_per_token(tgt.hidden_size, len(aux.capture_points), store_dtype)
+                        if len(c["input_ids"]) > cfg.max_seq_len)
+        bpt = bytes_per_token(tgt.hidden_size, len(aux.capture_points), self.store_dtype)
         need = bpt * sum(lengths)
         free = shutil.disk_usage(out).free
         on = (f" on {ranks.world_size} ranks (by tokens: "
@@ -244,88 +286,109 @@ def _extract(ranks: Ranks, *, conversations, out, target, aux_ids, aux_conventio
               f"{sum(lengths):,} tokens x {bpt:,} bytes/token = {need / 1e6:,.1f} MB on disk "
               f"(free: {free / 1e9:,.1f} GB); aux capture points {list(aux.capture_points)} "
               f"({aux.convention} convention), stored as {manifest['dtype']}.")
-        if need > free and not force:
+        if need > free and not cfg.force:
             raise UserError(
                 f"Not enough free space in {out}: the shards need about {need / 1e9:.2f} GB "
                 f"({bpt} bytes/token x {sum(lengths):,} tokens) but only {free / 1e9:.2f} GB "
                 f"is free. Free some space, use --limit, a smaller --dtype, or --force to "
                 f"start anyway.")
         if truncated:
-            print(f"warning: {truncated} conversation(s) longer than max_seq_len={max_seq_len} "
-                  f"tokens are truncated to it.")
+            print(f"warning: {truncated} conversation(s) longer than max_seq_len="
+                  f"{cfg.max_seq_len} tokens are truncated to it.")
         if ranks.many:
             manifest[rankparts.PLAN_KEY] = plan
         write_manifest(out, manifest)
         return {"manifest": manifest, "plan": plan, "parts": parts}
 
-    state = ranks.on_main(prepare)
-    manifest, plan = state["manifest"], state["plan"]
-    mine = state["parts"][ranks.rank] if ranks.many else manifest["shards"]
-    a, b = plan["ranges"][ranks.rank]
-    a += sum(s["samples"] for s in mine) if ranks.many else 0
-    todo, lengths = convs[a:b], lengths_all[a:b]
+    def start(self, state: dict[str, Any]) -> None:
+        ranks = self.ranks
+        self.manifest, self.rank_plan = state["manifest"], state["plan"]
+        self.mine = state["parts"][ranks.rank] if ranks.many else self.manifest["shards"]
+        a, b = self.rank_plan["ranges"][ranks.rank]
+        self.first = a + (sum(s["samples"] for s in self.mine) if ranks.many else 0)
+        self.todo, self.lengths = self.convs[self.first:b], self.lengths_all[self.first:b]
+        self.tokens_done, self.new_shards = 0, 0
+        self.next_index = (self.rank_plan["first_shard"][ranks.rank]
+                           + (len(self.mine) if ranks.many else 0))
+        self.make_bar(total=sum(self.lengths), unit="tok",
+                      desc=f"extract ({ranks})" if ranks.many else "extract")
+        # One background writer: shard k is written and hashed while the target computes
+        # shard k+1 (at most one write in flight; shards are listed in order, each once
+        # complete).
+        self.pending = None
+        self.buffers = _HostBuffers(pin=str(self.tgt.device).startswith("cuda"))
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer")
 
-    t0 = time.time()
-    tokens_done, new_shards = 0, 0
-    next_index = plan["first_shard"][ranks.rank] + (len(mine) if ranks.many else 0)
-    desc = f"extract ({ranks})" if ranks.many else "extract"
-    bar = tqdm(total=sum(lengths), desc=desc, unit="tok", disable=not (progress and ranks.main))
+    def units(self):
+        """The first conversation (in this rank's share) of each new shard."""
+        stop = self.config.stop_after_shards
+        for s0 in range(0, len(self.todo), self.config.samples_per_shard):
+            if stop is not None and self.new_shards >= stop:
+                break
+            yield s0
 
-    def finish(future) -> None:
+    def compute(self, s0: int) -> dict[str, Any]:
+        n = self.config.samples_per_shard
+        return _compute_chunk(self.tgt, self.aux, self.todo[s0:s0 + n],
+                              self.lengths[s0:s0 + n], self.first + s0,
+                              self.config.max_tokens_per_batch, self.store_dtype, self.bar,
+                              self.buffers)
+
+    def write(self, s0: int, packed: dict[str, Any]) -> None:
+        """List the shard before (its write has ended), then write this one in the
+        background."""
+        if self.pending is not None:
+            previous, self.pending = self.pending, None
+            self.finish(previous)
+        self.pending = self.pool.submit(write_packed_shard,
+                                        self.out / shard_name(self.next_index), packed)
+        self.next_index += 1
+        self.new_shards += 1
+
+    def finish(self, future) -> None:
         """List a shard (in the manifest, or this rank's part file) once its (background)
         write has completed."""
-        nonlocal tokens_done
         entry = future.result()
-        mine.append(entry)
-        if ranks.many:
-            rankparts.write_shard_part(out, plan, ranks.rank, mine)
+        self.mine.append(entry)
+        if self.ranks.many:
+            rankparts.write_shard_part(self.out, self.rank_plan, self.ranks.rank, self.mine)
         else:
-            write_manifest(out, manifest)
-        tokens_done += entry["tokens"]
-        bar.set_postfix(tok_s=f"{tokens_done / max(time.time() - t0, 1e-9):,.0f}")
+            write_manifest(self.out, self.manifest)
+        self.tokens_done += entry["tokens"]
+        self.bar.set_postfix(tok_s=f"{self.tokens_done / max(time.time() - self.t0, 1e-9):,.0f}")
 
-    # One background writer: shard k is written and hashed while the target computes shard
-    # k+1 (at most one write in flight; shards are listed in order, each once complete).
-    pending = None
-    buffers = _HostBuffers(pin=str(tgt.device).startswith("cuda"))
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as pool:
+    def close(self) -> None:
+        """Interrupted or not, let the write in flight end: a complete shard is listed, a
+        failed one is not (its temp file is removed by atomic_path)."""
         try:
-            for s0 in range(0, len(todo), samples_per_shard):
-                if stop_after_shards is not None and new_shards >= stop_after_shards:
-                    break
-                packed = _compute_chunk(tgt, aux, todo[s0:s0 + samples_per_shard],
-                                        lengths[s0:s0 + samples_per_shard], a + s0,
-                                        max_tokens_per_batch, store_dtype, bar, buffers)
-                if pending is not None:
-                    previous, pending = pending, None
-                    finish(previous)
-                pending = pool.submit(write_packed_shard, out / shard_name(next_index),
-                                      packed)
-                next_index += 1
-                new_shards += 1
+            if self.pending is not None:
+                self.finish(self.pending)
         finally:
-            # Interrupted or not, let the write in flight end: a complete shard is listed,
-            # a failed one is not (its temp file is removed by atomic_path).
-            if pending is not None:
-                finish(pending)
-    bar.close()
-    unmerged: list[dict[str, Any]] = []
-    if ranks.many:  # every rank's part is final once all have gathered here
-        counts = ranks.gather((tokens_done, new_shards))
-        tokens_done, new_shards = (sum(c[0] for c in counts), sum(c[1] for c in counts))
-        merged = ranks.on_main(lambda: rankparts.merge_shards(out, manifest, plan))
-        manifest, unmerged = merged["manifest"], merged["unmerged"]
-    elapsed = time.time() - t0
-    listed = manifest["shards"] + unmerged
-    total = {k: sum(s[k] for s in listed) for k in ("samples", "tokens", "bytes")}
-    complete = total["samples"] == len(convs) and not unmerged
-    return {"out": str(out), "complete": complete, "shards": len(listed),
-            "new_shards": new_shards, "samples": total["samples"], "tokens": total["tokens"],
-            "new_tokens": tokens_done, "seconds": elapsed,
-            "tokens_per_s": tokens_done / elapsed if elapsed > 0 and tokens_done else None,
-            "bytes": total["bytes"],
-            "bytes_per_token": total["bytes"] / total["tokens"] if total["tokens"] else None,
-            "world_size": ranks.world_size}
+            self.pool.shutdown(wait=True)
+
+    def merge(self) -> dict[str, Any]:
+        ranks, out, manifest = self.ranks, self.out, self.manifest
+        tokens_done, new_shards = self.tokens_done, self.new_shards
+        unmerged: list[dict[str, Any]] = []
+        if ranks.many:  # every rank's part is final once all have gathered here
+            counts = ranks.gather((tokens_done, new_shards))
+            tokens_done, new_shards = (sum(c[0] for c in counts), sum(c[1] for c in counts))
+            merged = ranks.on_main(lambda: rankparts.merge_shards(out, manifest,
+                                                                  self.rank_plan))
+            manifest, unmerged = merged["manifest"], merged["unmerged"]
+        elapsed = time.time() - self.t0
+        listed = manifest["shards"] + unmerged
+        total = {k: sum(s[k] for s in listed) for k in ("samples", "tokens", "bytes")}
+        complete = total["samples"] == len(self.convs) and not unmerged
+        return {"out": str(out), "complete": complete, "shards": len(listed),
+                "new_shards": new_shards, "samples": total["samples"],
+                "tokens": total["tokens"], "new_tokens": tokens_done, "seconds": elapsed,
+                "tokens_per_s": (tokens_done / elapsed if elapsed > 0 and tokens_done
+                                 else None),
+                "bytes": total["bytes"],
+                "bytes_per_token": (total["bytes"] / total["tokens"] if total["tokens"]
+                                    else None),
+                "world_size": ranks.world_size}
 
 
 def summary_numbers(*, regenerated: dict[str, Any], extracted: dict[str, Any],

@@ -22,6 +22,9 @@ failed ones are retried with backoff; greedy records equal in-process ones token
 token where both round alike (fp32; a bf16 engine's kernels part from transformers' after
 a near-tie: docs/vllm.md). The target's weights are not loaded then (tokenizer and config
 only).
+
+The settings are `RegenerateConfig`; the run is `eagle3lab.data.stage.Stage`'s order (a
+unit is one batch of prompts; through a server, this rank's whole share).
 """
 
 from __future__ import annotations
@@ -31,16 +34,19 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import Field
 
 from eagle3lab import __version__
-from eagle3lab.config import DEFAULT_TARGET
-from eagle3lab.distributed import Ranks
+from eagle3lab.config import PathStr, cli_group
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import (atomic_write_json, check_writable_dir, read_appended_jsonl,
                               read_json_object)
-from eagle3lab.data import rankparts, stagerun
-from eagle3lab.data.prompts import chat_prompt_ids, conversation_record, load_prompts, prompts_fingerprint
+from eagle3lab.data import rankparts, remote, stagerun
+from eagle3lab.data.prompts import (chat_prompt_ids, conversation_record, load_prompts,
+                                    prompts_fingerprint)
+from eagle3lab.data.stage import GenerationConfig, Stage
 
 #: Parameters that change what a response is; a resumed run must use the same ones.
 _IDENTITY_KEYS = ("target_config_sha256", "prompts_sha256", "max_new_tokens", "temperature",
@@ -68,19 +74,45 @@ def read_meta(out: Path, kind: str) -> dict[str, Any] | None:
     return meta
 
 
-def regenerate(
-    *, target: Any = DEFAULT_TARGET, prompts: str | os.PathLike = "train",
-    out: str | os.PathLike, limit: int | None = None, max_new_tokens: int = 256,
-    batch_size: int = 16, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
-    system_prompt: str | None = None, max_prompt_tokens: int = 1024, samples: int = 1,
-    device: str = "auto", dtype: str = "float32", progress: bool = True,
-    device_map: str | None = None, dist_timeout: float = stagerun.DEFAULT_TIMEOUT_S,
-    server: str | None = None, api: str = "sglang", concurrency: int = 8,
-    server_model: str | None = None, retries: int = 5,
-) -> dict[str, Any]:
+class RegenerateConfig(GenerationConfig):
+    """`regenerate`'s settings (`eagle3lab regenerate`'s options)."""
+
+    WHERE: ClassVar[str] = "regenerate"
+
+    prompts: PathStr = Field("train", description="'train' or 'eval' (shipped sets) or a "
+                             "JSONL file of {\"prompt\": ...}", json_schema_extra=cli_group("data"))
+    out: PathStr = Field(description="output JSONL file (appended to on resume)",
+                         json_schema_extra=cli_group("data"))
+    limit: int | None = Field(None, description="use only the first N prompts",
+                              json_schema_extra=cli_group("data"))
+    max_new_tokens: int = Field(256, ge=1, description="answer length cap",
+                                json_schema_extra=cli_group("generation"))
+    batch_size: int = Field(16, ge=1, description="prompts generated together",
+                            json_schema_extra=cli_group("generation"))
+    temperature: float = Field(0.0, description="0 = greedy",
+                               json_schema_extra=cli_group("generation"))
+    top_p: float = Field(1.0, description="nucleus sampling (temperature > 0)",
+                         json_schema_extra=cli_group("generation"))
+    seed: int = Field(0, description="sampling seed (per batch: seed + index)",
+                      json_schema_extra=cli_group("generation"))
+    max_prompt_tokens: int = Field(1024, ge=1, description="prompts longer than this many "
+                                   "tokens (chat template applied) are skipped",
+                                   json_schema_extra=cli_group("generation"))
+    samples: int = Field(1, ge=1, description="sampled answers per prompt (ids PROMPT#k; "
+                         "needs --temperature > 0)", json_schema_extra=cli_group("generation"))
+
+    def check(self, where: str) -> None:
+        if self.samples > 1 and self.temperature <= 0:
+            raise UserError("samples > 1 needs temperature > 0 (greedy answers would repeat).")
+
+
+def regenerate(config: RegenerateConfig | dict[str, Any] | None = None, /, *,
+               target: Any = None, progress: bool = True, **options: Any) -> dict[str, Any]:
     """Have the target answer `prompts`; append JSONL records to `out`. Returns a summary.
 
-    target: a preset name, an HF directory / hub id, or an already loaded `Target`.
+    config / options: `RegenerateConfig` (or its fields as keyword arguments, which
+    override a config's). target: a preset name, an HF directory / hub id, or an already
+    loaded `Target`.
     temperature 0 = greedy; otherwise sampling seeded per batch with seed + first index.
     samples: answers per prompt (record ids PROMPT_ID#k; use with temperature > 0).
     device_map: accelerate's device map for a target larger than one GPU.
@@ -92,51 +124,51 @@ def regenerate(
     flight, `retries` per request with backoff; `server_model` names the served model when
     it is not the target's name. Sampled answers are seeded per prompt (seed + index).
     """
-    if server is not None and device_map is None:
-        device = "cpu"  # nothing is loaded on a device here; the server generates
-    return stagerun.run_stage(_regenerate, locals())  # every argument above
+    return RegenerateStage.call(config, target=target, progress=progress, options=options)
 
 
-def _regenerate(ranks: Ranks, *, target, prompts, out, limit, max_new_tokens,
-                batch_size, temperature, top_p, seed, system_prompt, max_prompt_tokens,
-                samples, device, dtype, progress, device_map, server, api, concurrency,
-                server_model, retries) -> dict[str, Any]:
-    import torch
-    from tqdm.auto import tqdm
+class RegenerateStage(Stage[RegenerateConfig]):
+    """plan: the prompts, the target (or the server), the parameters; resume: the parameter
+    check, a killed run's rank parts merged, the ids done; a unit: one batch (the batches
+    one process forms, dealt to the ranks), or through a server this rank's whole share,
+    whose records are written as they arrive; merge: rank 0 merges the ranks' parts into
+    `out` in the prompts' order."""
 
-    if batch_size < 1 or max_new_tokens < 1:
-        raise UserError("batch_size and max_new_tokens must be at least 1.")
-    out = Path(out)
-    check_writable_dir(out.parent)
-    plist = load_prompts(prompts, limit=limit)
-    old = read_meta(out, "eagle3lab-conversations")
-    if samples > 1:
-        if temperature <= 0:
-            raise UserError("samples > 1 needs temperature > 0 (greedy answers would repeat).")
-        plist = [dataclasses.replace(p, id=f"{p.id}#{k}") for k in range(samples) for p in plist]
-    gen = ident = None
-    if server is not None:
-        from eagle3lab.data import remote
+    CONFIG = RegenerateConfig
 
-        tgt, gen, ident = remote.connect(target, server, many_ranks=ranks.many, api=api,
-                                      concurrency=concurrency, retries=retries,
-                                      server_model=server_model)  # checked before writing
-    else:
-        tgt = stagerun.load_rank_target(target, ranks, device=device, dtype=dtype,
-                                        device_map=device_map)
-    fp = prompts_fingerprint(prompts)
-    params = {
-        "target_config_sha256": tgt.config_sha256, "prompts_sha256": fp["sha256"],
-        "max_new_tokens": max_new_tokens, "temperature": float(temperature),
-        "top_p": float(top_p), "seed": seed, "system_prompt": system_prompt,
-        "samples": samples,
-    }
-    mpath = meta_path(out)
-    known = {p.id for p in plist}
-    order = {p.id: i for i, p in enumerate(plist)}
+    def plan(self) -> None:
+        cfg, ranks = self.config, self.ranks
+        self.out = out = Path(cfg.out)
+        check_writable_dir(out.parent)
+        plist = load_prompts(cfg.prompts, limit=cfg.limit)
+        self.old = read_meta(out, "eagle3lab-conversations")
+        if cfg.samples > 1:
+            plist = [dataclasses.replace(p, id=f"{p.id}#{k}") for k in range(cfg.samples)
+                     for p in plist]
+        self.gen = self.ident = None
+        if cfg.server is not None:
+            self.tgt, self.gen, self.ident = remote.connect(
+                self.target, cfg.server, many_ranks=ranks.many, api=cfg.api,
+                concurrency=cfg.concurrency, retries=cfg.retries,
+                server_model=cfg.server_model)  # checked before writing
+        else:
+            self.tgt = stagerun.load_rank_target(self.target, ranks, device=self.device(),
+                                                 dtype=cfg.dtype, device_map=cfg.device_map)
+        self.fp = prompts_fingerprint(cfg.prompts)
+        self.params = {
+            "target_config_sha256": self.tgt.config_sha256, "prompts_sha256": self.fp["sha256"],
+            "max_new_tokens": cfg.max_new_tokens, "temperature": float(cfg.temperature),
+            "top_p": float(cfg.top_p), "seed": cfg.seed, "system_prompt": cfg.system_prompt,
+            "samples": cfg.samples,
+        }
+        self.mpath = meta_path(out)
+        self.plist = plist
+        self.known = {p.id for p in plist}
+        self.order = {p.id: i for i, p in enumerate(plist)}
 
-    def prepare() -> dict[str, Any]:
+    def resume(self) -> dict[str, Any]:
         """Rank 0 (or the one process): parameter check, leftover parts, what is done."""
+        out, old, params = self.out, self.old, self.params
         if old is not None:
             old_params = {"samples": 1, **old.get("params", {})}  # files made before `samples`
             diff = [k for k in _IDENTITY_KEYS if old_params.get(k) != params[k]]
@@ -145,113 +177,150 @@ def _regenerate(ranks: Ranks, *, target, prompts, out, limit, max_new_tokens,
                     f"{out} was made with different parameters ({', '.join(diff)}: "
                     + ", ".join(f"{k}={old_params.get(k)!r} now {params[k]!r}" for k in diff)
                     + "). Resuming would mix two kinds of responses; choose a new --out or "
-                    f"delete {out} and {mpath}.")
-        rankparts.merge_jsonl_parts(out, order, "conversation record")  # of a killed run
+                    f"delete {out} and {self.mpath}.")
+        rankparts.merge_jsonl_parts(out, self.order, "conversation record")  # of a killed run
         done = set(read_appended_jsonl(out, lambda r: "id" in r, "conversation record",
                                        keep=lambda r: r["id"]))
         meta = {
             "kind": "eagle3lab-conversations", "eagle3lab": __version__,
-            "target": tgt.describe(), "prompts": fp, "params": params,
-            "batch_size": batch_size, "limit": limit,
-            "records": len(done & known), "skipped_too_long": [],
+            "target": self.tgt.describe(), "prompts": self.fp, "params": params,
+            "batch_size": self.config.batch_size, "limit": self.config.limit,
+            "records": len(done & self.known), "skipped_too_long": [],
         }
-        atomic_write_json(mpath, meta)
+        atomic_write_json(self.mpath, meta)
         return {"done": done, "meta": meta}
 
-    state = ranks.on_main(prepare)
-    done, meta = state["done"], state["meta"]
-    pending = [(i, p) for i, p in enumerate(plist) if p.id not in done]
-    # the batches one process forms (so the same padding and seeds), dealt to the ranks
-    batches = [pending[b:b + batch_size] for b in range(0, len(pending), batch_size)]
-    mine = batches[ranks.rank::ranks.world_size]
-    dest = rankparts.jsonl_part_path(out, ranks.rank) if ranks.many else out
+    def start(self, state: dict[str, Any]) -> None:
+        cfg, ranks = self.config, self.ranks
+        done, self.meta = state["done"], state["meta"]
+        pending = [(i, p) for i, p in enumerate(self.plist) if p.id not in done]
+        # the batches one process forms (so the same padding and seeds), dealt to the ranks
+        batches = [pending[b:b + cfg.batch_size]
+                   for b in range(0, len(pending), cfg.batch_size)]
+        self.mine = batches[ranks.rank::ranks.world_size]
+        dest = rankparts.jsonl_part_path(self.out, ranks.rank) if ranks.many else self.out
+        self.tok = tok = self.tgt.tokenizer
+        self.new_tokens, self.new_records, self.skipped = 0, 0, []
+        self.make_bar(total=sum(len(b) for b in self.mine), desc="regenerate", unit="prompt")
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        eos_ids = (self.tgt.model.generation_config.eos_token_id
+                   if self.gen is None and self.mine else None)
+        self.eos_set = set(eos_ids if isinstance(eos_ids, list)
+                           else [eos_ids or tok.eos_token_id])
+        self.f = open(dest, "a", encoding="utf-8")
 
-    tok = tgt.tokenizer
-    new_tokens, new_records, skipped = 0, 0, []
-    t0 = time.time()
-    bar = tqdm(total=sum(len(b) for b in mine), desc="regenerate", unit="prompt",
-               disable=not (progress and ranks.main))
-    if gen is not None:
-        from eagle3lab.data import remote
+    def units(self):
+        if self.gen is not None:
+            yield self.mine  # the server's client keeps `concurrency` requests in flight
+        else:
+            yield from self.mine
 
-        def encode(p):
-            ids = chat_prompt_ids(tok, p.prompt, system_prompt)
-            return None if len(ids) > max_prompt_tokens else ids
+    def encode(self, p) -> list[int] | None:
+        """A prompt's ids through the chat template (None: longer than max_prompt_tokens)."""
+        ids = chat_prompt_ids(self.tok, p.prompt, self.config.system_prompt)
+        return None if len(ids) > self.config.max_prompt_tokens else ids
 
-        with open(dest, "a", encoding="utf-8") as f:
-            new_records, new_tokens, skipped = remote.regenerate_through_server(
-                gen, tgt, mine, f=f, encode=encode, record=conversation_record,
-                params={"max_new_tokens": max_new_tokens, "temperature": float(temperature),
-                        "top_p": float(top_p), "seed": seed}, progress=bar.update)
-        meta["server"] = remote.server_summary(gen, ident, t0)
-        mine = []
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    eos_ids = tgt.model.generation_config.eos_token_id if mine else None
-    eos_set = set(eos_ids if isinstance(eos_ids, list) else [eos_ids or tok.eos_token_id])
-    with open(dest, "a", encoding="utf-8") as f:
-        for batch in mine:
-            encoded, kept = [], []
-            for idx, p in batch:
-                ids = chat_prompt_ids(tok, p.prompt, system_prompt)
-                if len(ids) > max_prompt_tokens:
-                    skipped.append(p.id)
-                    continue
-                encoded.append(ids)
-                kept.append((idx, p))
-            if not kept:
-                bar.update(len(batch))
+    def compute(self, batch) -> tuple[list[dict[str, Any]], int, list[str]] | None:
+        """(records, new tokens, ids skipped as too long) of a batch; through a server, of
+        the whole share, its records already written (None then)."""
+        import torch
+
+        cfg, tgt = self.config, self.tgt
+        if self.gen is not None:
+            n, tokens, skipped = remote.regenerate_through_server(
+                self.gen, tgt, batch, f=self.f, encode=self.encode,
+                record=conversation_record,
+                params={"max_new_tokens": cfg.max_new_tokens,
+                        "temperature": float(cfg.temperature), "top_p": float(cfg.top_p),
+                        "seed": cfg.seed}, progress=self.bar.update)
+            self.new_records, self.new_tokens, self.skipped = n, tokens, skipped
+            self.meta["server"] = remote.server_summary(self.gen, self.ident, self.t0)
+            return None
+        encoded, kept, skipped = [], [], []
+        for idx, p in batch:
+            ids = self.encode(p)
+            if ids is None:
+                skipped.append(p.id)
                 continue
-            width = max(len(e) for e in encoded)
-            input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
-            attn = torch.zeros_like(input_ids)
-            for r, e in enumerate(encoded):  # left padding: all answers start at `width`
-                input_ids[r, width - len(e):] = torch.tensor(e)
-                attn[r, width - len(e):] = 1
-            batch_seed = seed + kept[0][0]
-            gen_kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens,
-                                          "pad_token_id": pad_id, "eos_token_id": list(eos_set)}
-            if temperature > 0:
-                torch.manual_seed(batch_seed)
-                gen_kwargs.update(do_sample=True, temperature=temperature, top_p=top_p,
-                                  top_k=0)
-            else:
-                gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-            with torch.inference_mode():
-                gen = tgt.model.generate(input_ids=input_ids.to(tgt.device),
-                                         attention_mask=attn.to(tgt.device), **gen_kwargs)
-            for r, (idx, p) in enumerate(kept):
-                resp = gen[r, width:].tolist()
-                stop = next((k for k, t in enumerate(resp) if t in eos_set), None)
-                finish = "stop" if stop is not None else "length"
-                resp = resp[:stop + 1] if stop is not None else resp
-                text = tok.decode(resp, skip_special_tokens=True)
-                rec = conversation_record(p, encoded[r], resp, text, finish,
-                                          batch_seed if temperature > 0 else None)
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                new_tokens += len(resp)
-            f.flush()
-            os.fsync(f.fileno())
-            new_records += len(kept)
-            bar.update(len(batch))
-            bar.set_postfix(tok_s=f"{new_tokens / max(time.time() - t0, 1e-9):.1f}")
-    bar.close()
-    if ranks.many:  # every rank's part is complete once all have gathered here
-        counts = ranks.gather((new_records, new_tokens, skipped))
-        new_records, new_tokens = sum(c[0] for c in counts), sum(c[1] for c in counts)
-        skipped = sorted((s for c in counts for s in c[2]), key=order.get)
-        ranks.on_main(lambda: rankparts.merge_jsonl_parts(out, order,
-                                                          "conversation record"))
-    elapsed = time.time() - t0
-    meta["records"] += new_records
-    meta["skipped_too_long"] = skipped
-    meta["last_run"] = {"new_records": new_records,
-                        "new_tokens": new_tokens, "seconds": round(elapsed, 2),
-                        "tokens_per_s": round(new_tokens / elapsed, 2) if elapsed > 0 else None}
-    if ranks.main:
-        atomic_write_json(mpath, meta)
-        if meta["skipped_too_long"]:
-            print(f"warning: {len(meta['skipped_too_long'])} prompt(s) longer than "
-                  f"{max_prompt_tokens} tokens were skipped: {meta['skipped_too_long'][:5]}")
-    return {"out": str(out), "records": meta["records"], "new_records":
-            meta["last_run"]["new_records"], "new_tokens": new_tokens,
-            "seconds": elapsed, "tokens_per_s": meta["last_run"]["tokens_per_s"]}
+            encoded.append(ids)
+            kept.append((idx, p))
+        if not kept:
+            return [], 0, skipped
+        pad_id = self.pad_id
+        width = max(len(e) for e in encoded)
+        input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
+        attn = torch.zeros_like(input_ids)
+        for r, e in enumerate(encoded):  # left padding: all answers start at `width`
+            input_ids[r, width - len(e):] = torch.tensor(e)
+            attn[r, width - len(e):] = 1
+        batch_seed = cfg.seed + kept[0][0]
+        gen_kwargs: dict[str, Any] = {"max_new_tokens": cfg.max_new_tokens,
+                                      "pad_token_id": pad_id,
+                                      "eos_token_id": list(self.eos_set)}
+        if cfg.temperature > 0:
+            torch.manual_seed(batch_seed)
+            gen_kwargs.update(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p,
+                              top_k=0)
+        else:
+            gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        with torch.inference_mode():
+            gen = tgt.model.generate(input_ids=input_ids.to(tgt.device),
+                                     attention_mask=attn.to(tgt.device), **gen_kwargs)
+        records, tokens = [], 0
+        for r, (idx, p) in enumerate(kept):
+            resp = gen[r, width:].tolist()
+            stop = next((k for k, t in enumerate(resp) if t in self.eos_set), None)
+            finish = "stop" if stop is not None else "length"
+            resp = resp[:stop + 1] if stop is not None else resp
+            text = self.tok.decode(resp, skip_special_tokens=True)
+            records.append(conversation_record(p, encoded[r], resp, text, finish,
+                                               batch_seed if cfg.temperature > 0 else None))
+            tokens += len(resp)
+        return records, tokens, skipped
+
+    def write(self, batch, result) -> None:
+        """Append a batch's records (fsynced: a killed run keeps every whole batch)."""
+        if result is None:  # through a server: written as they arrived
+            return
+        records, tokens, skipped = result
+        self.skipped += skipped
+        if records:
+            for rec in records:
+                self.f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            self.f.flush()
+            os.fsync(self.f.fileno())
+            self.new_tokens += tokens
+            self.new_records += len(records)
+        self.bar.update(len(batch))
+        if records:
+            self.bar.set_postfix(
+                tok_s=f"{self.new_tokens / max(time.time() - self.t0, 1e-9):.1f}")
+
+    def close(self) -> None:
+        self.f.close()
+
+    def merge(self) -> dict[str, Any]:
+        ranks, out, meta = self.ranks, self.out, self.meta
+        new_records, new_tokens, skipped = self.new_records, self.new_tokens, self.skipped
+        if ranks.many:  # every rank's part is complete once all have gathered here
+            counts = ranks.gather((new_records, new_tokens, skipped))
+            new_records, new_tokens = sum(c[0] for c in counts), sum(c[1] for c in counts)
+            skipped = sorted((s for c in counts for s in c[2]), key=self.order.get)
+            ranks.on_main(lambda: rankparts.merge_jsonl_parts(out, self.order,
+                                                              "conversation record"))
+        elapsed = time.time() - self.t0
+        meta["records"] += new_records
+        meta["skipped_too_long"] = skipped
+        meta["last_run"] = {"new_records": new_records,
+                            "new_tokens": new_tokens, "seconds": round(elapsed, 2),
+                            "tokens_per_s": (round(new_tokens / elapsed, 2) if elapsed > 0
+                                             else None)}
+        if ranks.main:
+            atomic_write_json(self.mpath, meta)
+            if meta["skipped_too_long"]:
+                print(f"warning: {len(meta['skipped_too_long'])} prompt(s) longer than "
+                      f"{self.config.max_prompt_tokens} tokens were skipped: "
+                      f"{meta['skipped_too_long'][:5]}")
+        return {"out": str(out), "records": meta["records"], "new_records":
+                meta["last_run"]["new_records"], "new_tokens": new_tokens,
+                "seconds": elapsed, "tokens_per_s": meta["last_run"]["tokens_per_s"]}

@@ -38,7 +38,9 @@ import time
 from typing import Any, Callable
 
 from eagle3lab import asyncutil
+from eagle3lab.config import TARGET_PRESETS, preset_dir
 from eagle3lab.errors import UserError
+from eagle3lab.targets.adapter import config_sha256, resolve_target_path
 
 APIS = ("sglang", "openai")
 
@@ -53,8 +55,6 @@ class TargetInfo:
 
     def __init__(self, target: str):
         from transformers import AutoConfig, AutoTokenizer, GenerationConfig
-
-        from eagle3lab.target.adapter import config_sha256, resolve_target_path
 
         self.name = str(target)
         self.path = resolve_target_path(target)
@@ -79,8 +79,6 @@ class TargetInfo:
 
 
 def _names(values) -> set[str]:
-    from eagle3lab.config import TARGET_PRESETS, preset_dir
-
     out = set()
     for v in values:
         if not v:

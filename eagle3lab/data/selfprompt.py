@@ -20,6 +20,9 @@ and never repeats an id or a batch seed; different parameters are refused.
 Under torchrun each rank samples its own batches of a round and every rank filters the
 gathered samples in batch order, so the file is the one a single process writes.
 
+The settings are `SelfPromptConfig`; the run is `eagle3lab.data.stage.Stage`'s order (a
+unit is one round: world-size batches, one per rank).
+
 With `server=URL` a running serving engine samples instead (`eagle3lab.data.remote`: the
 same chat-template prefix as token ids, the same stop tokens, row r of batch b seeded
 (seed + b) * batch_size + r; the server's model is checked against the target first). Its
@@ -34,15 +37,18 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import Field, field_validator
 
 from eagle3lab import __version__
-from eagle3lab.config import DEFAULT_TARGET
-from eagle3lab.distributed import Ranks
+from eagle3lab.config import PathStr, cli_group
+from eagle3lab.data.prompts import load_prompts, prompts_fingerprint
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, check_writable_dir, read_appended_jsonl
-from eagle3lab.data import stagerun
+from eagle3lab.data import remote, stagerun
 from eagle3lab.data.regenerate import meta_path, read_meta  # one <out>.meta.json convention
+from eagle3lab.data.stage import GenerationConfig, Stage
 
 _SENTINEL = "\u2063EAGLE3LAB_USER_TURN\u2063"
 _IDENTITY_KEYS = ("target_config_sha256", "temperature", "top_p", "seed", "max_new_tokens",
@@ -101,24 +107,58 @@ def user_turn_prefix(tokenizer, system_prompt: str | None = None) -> tuple[list[
     return [int(i) for i in prefix], int(after[0])
 
 
-def synthesize_prompts(
-    *, target: Any = DEFAULT_TARGET, out: str | os.PathLike, n: int = 1000,
-    temperature: float = 1.0, top_p: float = 0.95, max_new_tokens: int = 96,
-    batch_size: int = 64, seed: int = 0, min_words: int = 4,
-    exclude: str | os.PathLike | None = "eval", system_prompt: str | None = None,
-    max_batches: int | None = None, device: str = "auto", dtype: str = "float32",
-    progress: bool = True, device_map: str | None = None,
-    dist_timeout: float = stagerun.DEFAULT_TIMEOUT_S, server: str | None = None,
-    api: str = "sglang", concurrency: int = 8, server_model: str | None = None,
-    retries: int = 5,
-) -> dict[str, Any]:
+class SelfPromptConfig(GenerationConfig):
+    """`synthesize_prompts`' settings (`eagle3lab self-prompt`'s options)."""
+
+    WHERE: ClassVar[str] = "self-prompt"
+
+    out: PathStr = Field(description="output prompts JSONL (appended to on resume)",
+                         json_schema_extra=cli_group("data"))
+    n: int = Field(1000, ge=1, description="prompts to keep in --out in all (under torchrun "
+                   "write --num-prompts: torchrun takes --n for an abbreviation of its own "
+                   "options)", json_schema_extra=cli_group("data", flags=["--n", "--num-prompts"]))
+    temperature: float = Field(1.0, description="sampling temperature (> 0)",
+                               json_schema_extra=cli_group("generation"))
+    top_p: float = Field(0.95, description="nucleus sampling",
+                         json_schema_extra=cli_group("generation"))
+    max_new_tokens: int = Field(96, ge=4, description="length cap of a prompt (longer samples "
+                                "are dropped as unfinished)",
+                                json_schema_extra=cli_group("generation"))
+    batch_size: int = Field(64, ge=1, description="prompts sampled together",
+                            json_schema_extra=cli_group("generation"))
+    seed: int = Field(0, description="sampling seed (batch b: seed + b)",
+                      json_schema_extra=cli_group("generation"))
+    min_words: int = Field(4, description="shorter prompts are dropped",
+                           json_schema_extra=cli_group("filter"))
+    exclude: PathStr | None = Field("eval", description="held-out prompts no kept prompt may "
+                                    "overlap: 'eval', 'train', a prompts JSONL, or 'none'",
+                                    json_schema_extra=cli_group("filter"))
+    max_batches: int | None = Field(None, ge=0, description="stop after this many batches in "
+                                    "all, counting earlier runs (None: enough for --n at a 25% "
+                                    "keep rate)", json_schema_extra=cli_group("generation"))
+
+    @field_validator("exclude", mode="before")
+    @classmethod
+    def _none_word(cls, v: Any) -> Any:
+        return None if isinstance(v, str) and v.lower() == "none" else v
+
+    def check(self, where: str) -> None:
+        if self.temperature <= 0:
+            raise UserError("Self-prompting samples (temperature > 0); greedy would write one "
+                            "prompt over and over.")
+
+
+def synthesize_prompts(config: SelfPromptConfig | dict[str, Any] | None = None, /, *,
+                       target: Any = None, progress: bool = True,
+                       **options: Any) -> dict[str, Any]:
     """Have the target write `n` distinct user prompts; append them to `out` (JSONL).
 
-    target: a preset name, an HF directory / hub id, or an already loaded `Target`.
-    Batch b is sampled with seed + b. Stops once `out` holds n prompts, or once
-    `max_batches` batches were sampled in all (counting those of earlier runs; default:
-    enough for n at a 25% keep rate), whichever comes first. exclude: held-out prompts
-    ('eval', a prompts file, or None) that no kept prompt may repeat or share an
+    config / options: `SelfPromptConfig` (or its fields as keyword arguments, which
+    override a config's). target: a preset name, an HF directory / hub id, or an already
+    loaded `Target`. Batch b is sampled with seed + b. Stops once `out` holds n prompts, or
+    once `max_batches` batches were sampled in all (counting those of earlier runs;
+    default: enough for n at a 25% keep rate), whichever comes first. exclude: held-out
+    prompts ('eval', a prompts file, or None) that no kept prompt may repeat or share an
     8-word run with. Returns a summary with the raw counts and the keep rate.
     device_map: accelerate's device map for a target larger than one GPU.
     Under torchrun rank r samples batches b + r of each round of world-size batches; the
@@ -127,70 +167,64 @@ def synthesize_prompts(
     server / api / concurrency / server_model / retries: a running server samples instead
     (as `regenerate`'s; one process).
     """
-    if server is not None and device_map is None:
-        device = "cpu"  # nothing is loaded on a device here; the server samples
-    return stagerun.run_stage(_synthesize, locals())  # every argument above
+    return SelfPromptStage.call(config, target=target, progress=progress, options=options)
 
 
-def _synthesize(ranks: Ranks, *, target, out, n, temperature, top_p,
-                max_new_tokens, batch_size, seed, min_words, exclude, system_prompt,
-                max_batches, device, dtype, progress, device_map, server, api, concurrency,
-                server_model, retries) -> dict[str, Any]:
-    import contextlib
+class SelfPromptStage(Stage[SelfPromptConfig]):
+    """plan: exclusions, the target (or the server), the user-turn prefix, the parameters;
+    resume: the parameter check and what `out` holds; a unit: one round of batches, each
+    rank sampling one, all filtering them in batch order (rank 0 appends the kept ones);
+    merge: nothing to merge (rank 0 wrote the file), the summary."""
 
-    import torch
-    from tqdm.auto import tqdm
+    CONFIG = SelfPromptConfig
 
-    from eagle3lab.data.prompts import load_prompts, prompts_fingerprint
+    def plan(self) -> None:
+        cfg, ranks = self.config, self.ranks
+        self.out = out = Path(cfg.out)
+        check_writable_dir(out.parent)
+        self.old_meta = old_meta = read_meta(out, "eagle3lab-prompts")
+        if old_meta is not None and not isinstance(old_meta.get("counts"), dict):
+            raise UserError(f"The meta file {meta_path(out)} has no 'counts' object; delete "
+                            f"both {out} and {meta_path(out)} to start over, or choose a new "
+                            f"--out.")
+        self.held_shingles: set[str] = set()
+        self.held_norm: set[str] = set()
+        self.exclude_fp = None
+        if cfg.exclude is not None:
+            self.exclude_fp = prompts_fingerprint(cfg.exclude)
+            for p in load_prompts(cfg.exclude):
+                self.held_shingles |= shingles(p.prompt)
+                self.held_norm.add(normalise(p.prompt))
+        self.gen = None
+        if cfg.server is not None:
+            self.tgt, self.gen, _ = remote.connect(
+                self.target, cfg.server, many_ranks=ranks.many, api=cfg.api,
+                concurrency=cfg.concurrency, retries=cfg.retries,
+                server_model=cfg.server_model)  # checked before writing
+            eos = self.tgt.eos_ids
+        else:
+            self.tgt = stagerun.load_rank_target(self.target, ranks, device=self.device(),
+                                                 dtype=cfg.dtype, device_map=cfg.device_map)
+            eos = self.tgt.model.generation_config.eos_token_id
+        tok = self.tok = self.tgt.tokenizer
+        self.prefix, end_id = user_turn_prefix(tok, cfg.system_prompt)
+        self.stop_ids = ({end_id} | set(eos if isinstance(eos, list) else [eos])) - {None}
+        # a turn is finished when the first special token it writes is a stop token
+        self.special = self.stop_ids | set(tok.all_special_ids)
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else end_id
+        self.params = {
+            "target_config_sha256": self.tgt.config_sha256,
+            "temperature": float(cfg.temperature), "top_p": float(cfg.top_p),
+            "seed": cfg.seed, "max_new_tokens": cfg.max_new_tokens,
+            "batch_size": cfg.batch_size, "system_prompt": cfg.system_prompt,
+            "min_words": cfg.min_words,
+            "exclude_sha256": self.exclude_fp["sha256"] if self.exclude_fp else None,
+            "sampler": "server" if self.gen is not None else None}
+        self.mpath = meta_path(out)
 
-    if n < 1 or batch_size < 1 or max_new_tokens < 4:
-        raise UserError("n and batch_size must be >= 1 and max_new_tokens >= 4.")
-    if temperature <= 0:
-        raise UserError("Self-prompting samples (temperature > 0); greedy would write one "
-                        "prompt over and over.")
-    out = Path(out)
-    check_writable_dir(out.parent)
-    old_meta = read_meta(out, "eagle3lab-prompts")
-    if old_meta is not None and not isinstance(old_meta.get("counts"), dict):
-        raise UserError(f"The meta file {meta_path(out)} has no 'counts' object; delete both "
-                        f"{out} and {meta_path(out)} to start over, or choose a new --out.")
-    held_shingles: set[str] = set()
-    held_norm: set[str] = set()
-    exclude_fp = None
-    if exclude is not None:
-        exclude_fp = prompts_fingerprint(exclude)
-        for p in load_prompts(exclude):
-            held_shingles |= shingles(p.prompt)
-            held_norm.add(normalise(p.prompt))
-    gen = None
-    if server is not None:
-        from eagle3lab.data import remote
-
-        tgt, gen, _ = remote.connect(target, server, many_ranks=ranks.many, api=api,
-                                      concurrency=concurrency, retries=retries,
-                                      server_model=server_model)  # checked before writing
-        eos = tgt.eos_ids
-    else:
-        tgt = stagerun.load_rank_target(target, ranks, device=device, dtype=dtype,
-                                        device_map=device_map)
-        eos = tgt.model.generation_config.eos_token_id
-    tok = tgt.tokenizer
-    prefix, end_id = user_turn_prefix(tok, system_prompt)
-    stop_ids = ({end_id} | set(eos if isinstance(eos, list) else [eos])) - {None}
-    # a turn is finished when the first special token it writes is a stop token
-    special = stop_ids | set(tok.all_special_ids)
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else end_id
-
-    params = {"target_config_sha256": tgt.config_sha256, "temperature": float(temperature),
-              "top_p": float(top_p), "seed": seed, "max_new_tokens": max_new_tokens,
-              "batch_size": batch_size, "system_prompt": system_prompt,
-              "min_words": min_words,
-              "exclude_sha256": exclude_fp["sha256"] if exclude_fp else None,
-              "sampler": "server" if gen is not None else None}
-    mpath = meta_path(out)
-
-    def prepare() -> dict[str, Any]:
+    def resume(self) -> dict[str, Any]:
         """Rank 0 (or the one process): parameter check, what is done, the next batch."""
+        out, mpath, old_meta, params = self.out, self.mpath, self.old_meta, self.params
         if old_meta:
             old = old_meta.get("params", {})
             diff = [k for k in _IDENTITY_KEYS if old.get(k) != params[k]]
@@ -209,8 +243,8 @@ def _synthesize(ranks: Ranks, *, target, out, n, temperature, top_p,
                             f"synthesize_prompts. Choose a new --out.")
         else:
             meta = {"kind": "eagle3lab-prompts", "method": "self-prompt (Magpie)",
-                    "eagle3lab": __version__, "target": tgt.describe(), "params": params,
-                    "exclude": exclude_fp, "batches_done": 0,
+                    "eagle3lab": __version__, "target": self.tgt.describe(),
+                    "params": params, "exclude": self.exclude_fp, "batches_done": 0,
                     "counts": {"sampled": 0, "kept": 0, **{r: 0 for r in DROP_REASONS}}}
         counts = meta["counts"]
         # The file is the truth: batches it holds prompts of are done even if the meta file
@@ -224,87 +258,106 @@ def _synthesize(ranks: Ranks, *, target, out, n, temperature, top_p,
         atomic_write_json(mpath, meta)
         return {"done": done, "meta": meta}
 
-    state = ranks.on_main(prepare)
-    done, meta = state["done"], state["meta"]
-    counts, b = meta["counts"], meta["batches_done"]
-    seen = {normalise(r["prompt"]) for r in done}
-    max_batches = max_batches or max(4, -(-4 * n // batch_size))
+    def start(self, state: dict[str, Any]) -> None:
+        cfg = self.config
+        self.done, self.meta = state["done"], state["meta"]
+        self.counts, self.b = self.meta["counts"], self.meta["batches_done"]
+        self.seen = {normalise(r["prompt"]) for r in self.done}
+        self.max_batches = cfg.max_batches or max(4, -(-4 * cfg.n // cfg.batch_size))
+        self.make_bar(total=cfg.n, initial=min(len(self.done), cfg.n), desc="self-prompt",
+                      unit="prompt")
+        self.f = open(self.out, "a", encoding="utf-8") if self.ranks.main else None
 
-    def generate_rows(batch: int) -> list[list[int]]:
+    def units(self):
+        """Rounds: rank r samples batch b + r; all are filtered in batch order."""
+        while len(self.done) < self.config.n and self.b < self.max_batches:
+            yield self.b
+
+    def compute(self, b: int) -> list[list[tuple[str, bool]] | None]:
+        mine = b + self.ranks.rank
+        return self.ranks.gather(self.sample(mine) if mine < self.max_batches else None)
+
+    def write(self, b: int, gathered: list[list[tuple[str, bool]] | None]) -> None:
+        cfg, done, counts = self.config, self.done, self.counts
+        for rows in gathered:
+            if rows is None or len(done) >= cfg.n:
+                break
+            new = []
+            for text, finished in rows:
+                if len(done) + len(new) >= cfg.n:
+                    break  # the rest of the batch is neither kept nor counted
+                counts["sampled"] += 1
+                reason = classify(text, finished, self.seen, self.held_norm,
+                                  self.held_shingles, cfg.min_words)
+                if reason:
+                    counts[reason] += 1
+                    continue
+                self.seen.add(normalise(text))
+                new.append({"id": f"self-{len(done) + len(new):06d}", "prompt": text,
+                            "category": "self", "batch": self.b, "seed": cfg.seed + self.b})
+            done.extend(new)
+            self.b += 1
+            self.meta["batches_done"] = self.b
+            counts["kept"] = len(done)
+            if self.f is not None:
+                for rec in new:
+                    self.f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                self.f.flush()
+                os.fsync(self.f.fileno())
+                atomic_write_json(self.mpath, self.meta)
+            self.bar.update(len(new))
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+
+    def merge(self) -> dict[str, Any]:
+        cfg, ranks, done, counts, b = self.config, self.ranks, self.done, self.counts, self.b
+        elapsed = time.time() - self.t0
+        if len(done) < cfg.n and ranks.main:
+            print(f"warning: only {len(done)} of {cfg.n} prompts kept after {b} batches "
+                  f"({counts}); raise max_batches or temperature.")
+        self.meta["last_run"] = {"seconds": round(elapsed, 2)}
+        if ranks.main:
+            atomic_write_json(self.mpath, self.meta)
+        return {"out": str(self.out), "prompts": len(done), "batches": b,
+                "counts": dict(counts), "seconds": elapsed,
+                "keep_rate": (counts["kept"] / counts["sampled"] if counts["sampled"]
+                              else None)}
+
+    def generate_rows(self, batch: int) -> list[list[int]]:
         """Batch `batch`'s sampled ids after the prefix, one list per row."""
-        if gen is not None:
-            rows: list[list[int]] = [[] for _ in range(batch_size)]
-            sp = {"max_new_tokens": max_new_tokens, "temperature": float(temperature),
-                  "top_p": float(top_p), "stop_token_ids": sorted(stop_ids)}
-            gen.generate_ordered(
+        import torch
+
+        cfg, prefix = self.config, self.prefix
+        if self.gen is not None:
+            rows: list[list[int]] = [[] for _ in range(cfg.batch_size)]
+            sp = {"max_new_tokens": cfg.max_new_tokens, "temperature": float(cfg.temperature),
+                  "top_p": float(cfg.top_p), "stop_token_ids": sorted(self.stop_ids)}
+            self.gen.generate_ordered(
                 [(f"batch {batch} row {r}", prefix,
-                  {**sp, "seed": (seed + batch) * batch_size + r})
-                 for r in range(batch_size)],
+                  {**sp, "seed": (cfg.seed + batch) * cfg.batch_size + r})
+                 for r in range(cfg.batch_size)],
                 lambda i, ids, finish: rows.__setitem__(i, ids))
             return rows
+        tgt = self.tgt
         start = torch.tensor([prefix], dtype=torch.long, device=tgt.device).repeat(
-            batch_size, 1)
-        torch.manual_seed(seed + batch)
+            cfg.batch_size, 1)
+        torch.manual_seed(cfg.seed + batch)
         with torch.inference_mode():
             out = tgt.model.generate(
                 input_ids=start, attention_mask=torch.ones_like(start), do_sample=True,
-                temperature=temperature, top_p=top_p, top_k=0,
-                max_new_tokens=max_new_tokens, eos_token_id=sorted(stop_ids),
-                pad_token_id=pad_id)
+                temperature=cfg.temperature, top_p=cfg.top_p, top_k=0,
+                max_new_tokens=cfg.max_new_tokens, eos_token_id=sorted(self.stop_ids),
+                pad_token_id=self.pad_id)
         return out[:, len(prefix):].tolist()
 
-    def sample(batch: int) -> list[tuple[str, bool]]:
+    def sample(self, batch: int) -> list[tuple[str, bool]]:
         """Batch `batch`'s user turns: (text, finished) per row."""
         rows = []
-        for row in generate_rows(batch):
-            stop = next((k for k, t in enumerate(row) if t in special), None)
-            finished = stop is not None and row[stop] in stop_ids
-            rows.append((tok.decode(row[:stop], skip_special_tokens=True).strip()
+        for row in self.generate_rows(batch):
+            stop = next((k for k, t in enumerate(row) if t in self.special), None)
+            finished = stop is not None and row[stop] in self.stop_ids
+            rows.append((self.tok.decode(row[:stop], skip_special_tokens=True).strip()
                          if finished else "", finished))
         return rows
-
-    t0 = time.time()
-    bar = tqdm(total=n, initial=min(len(done), n), desc="self-prompt", unit="prompt",
-               disable=not (progress and ranks.main))
-    with (open(out, "a", encoding="utf-8") if ranks.main else contextlib.nullcontext()) as f:
-        while len(done) < n and b < max_batches:
-            # a round: rank r samples batch b + r; all are filtered in batch order
-            mine = b + ranks.rank
-            for rows in ranks.gather(sample(mine) if mine < max_batches else None):
-                if rows is None or len(done) >= n:
-                    break
-                new = []
-                for text, finished in rows:
-                    if len(done) + len(new) >= n:
-                        break  # the rest of the batch is neither kept nor counted
-                    counts["sampled"] += 1
-                    reason = classify(text, finished, seen, held_norm, held_shingles,
-                                      min_words)
-                    if reason:
-                        counts[reason] += 1
-                        continue
-                    seen.add(normalise(text))
-                    new.append({"id": f"self-{len(done) + len(new):06d}", "prompt": text,
-                                "category": "self", "batch": b, "seed": seed + b})
-                done.extend(new)
-                b += 1
-                meta["batches_done"] = b
-                counts["kept"] = len(done)
-                if ranks.main:
-                    for rec in new:
-                        f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                    atomic_write_json(mpath, meta)
-                bar.update(len(new))
-    bar.close()
-    elapsed = time.time() - t0
-    if len(done) < n and ranks.main:
-        print(f"warning: only {len(done)} of {n} prompts kept after {b} batches "
-              f"({counts}); raise max_batches or temperature.")
-    meta["last_run"] = {"seconds": round(elapsed, 2)}
-    if ranks.main:
-        atomic_write_json(mpath, meta)
-    return {"out": str(out), "prompts": len(done), "batches": b, "counts": dict(counts),
-            "seconds": elapsed,
-            "keep_rate": counts["kept"] / counts["sampled"] if counts["sampled"] else None}

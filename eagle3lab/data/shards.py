@@ -34,7 +34,7 @@ from typing import Any, Iterator
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import (atomic_path, atomic_write_json, read_json_object, sha256_bytes,
                               sha256_file)
-from eagle3lab.target.auxlayers import AuxLayers
+from eagle3lab.targets.auxlayers import AuxLayers
 
 FORMAT = "eagle3lab-shards"
 FORMAT_VERSION = 1

@@ -1,5 +1,5 @@
-"""A data stage (extract, regenerate, self-prompt) on torchrun's ranks: the process group
-around it, and the target each rank loads.
+"""The target of a data stage (extract, regenerate, self-prompt) on torchrun's ranks, and
+the process group's backend and wait.
 
 Prevents the failures of running a data stage on many GPUs by hand: ranks whose targets
 land on one GPU or whose device maps overlap (each rank loads the target on its own GPU, or
@@ -8,16 +8,18 @@ confines the map to it), and ranks that wait a fixed default in the wrong unit: 
 (`dist_timeout`) is in seconds, like training's, with a longer default because ranks wait
 at the end of unequal shares for the slowest one.
 
-The ranks, process group and collectives are `eagle3lab.distributed`'s; which rank does
+The ranks, process group and collectives are `eagle3lab.distributed`'s; the order a stage
+runs in (the session around it included) is `eagle3lab.data.stage.Stage`; which rank does
 which part of the work and how the parts are merged is `eagle3lab.data.rankparts`.
 Without torchrun a stage runs in one process exactly as before.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-from eagle3lab.distributed import Ranks, rank_device, rank_gpus, session
+from eagle3lab.distributed import Ranks, rank_device, rank_gpus
+from eagle3lab.targets.adapter import Target, resolve_device
 
 #: Seconds a rank waits in a collective (a barrier: for the slowest rank to finish its
 #: share) before the job fails; torchrun ends the job sooner when a rank dies.
@@ -38,29 +40,18 @@ def uses_cuda(target: Any, device: str, device_map: str | None) -> bool:
     """Whether a stage with these arguments runs its target on CUDA (picks NCCL vs gloo)."""
     import torch
 
-    from eagle3lab.target.adapter import Target, resolve_device
-
     if isinstance(target, Target):
         return target.device.type == "cuda"
     return torch.cuda.is_available() and (device_map is not None
                                           or resolve_device(device).startswith("cuda"))
 
 
-def run_stage(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-    """`fn(ranks, **kwargs)` within a `session` (a stage's keyword arguments: target,
-    device, device_map and dist_timeout, the seconds a rank waits in a collective)."""
-    kwargs = dict(kwargs)
-    timeout = kwargs.pop("dist_timeout")
-    cuda = uses_cuda(kwargs["target"], kwargs["device"], kwargs["device_map"])
-    with session(device="cuda" if cuda else "cpu", timeout=timeout) as ranks:
-        return fn(ranks, **kwargs)
-
-
 def load_rank_target(target: Any, ranks: Ranks, *, device: str, dtype: str,
                      device_map: str | None):
     """The stage's target: as given if already loaded, else loaded on this rank's GPU (or,
     with a device map, on its group of GPUs)."""
-    from eagle3lab.target.adapter import Target, load_target, resolve_device
+    # lazy: a test patches eagle3lab.targets.adapter.load_target
+    from eagle3lab.targets.adapter import Target, load_target, resolve_device
 
     if isinstance(target, Target):
         return target

@@ -14,9 +14,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from eagle3lab.data.foreign import open_shards
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_path, sha256_file
 from eagle3lab.data.shards import VOCAB_MAP, ShardSet
+from eagle3lab.targets.auxlayers import check_aux_ids
 
 #: Where a vocab map's token counts may come from.
 VOCAB_SOURCES = ("counts", "recorded")
@@ -106,16 +108,16 @@ def build_shard_vocab(*, data: str | os.PathLike, draft_vocab_size: int = 8192,
     An equal map that is already there (same size, same tokens, file intact) is kept.
     verify: check the shards' recorded sha256s before counting (cached by size and mtime,
     see `ShardSet.verify`). data_format / target / aux_ids: a SpecForge or speculators set
-    (`eagle3lab.data.foreign.open_shards`; target and aux ids are recorded on first use).
+    (`eagle3lab.data.foreign.open_shards`; target and aux ids are recorded on first use;
+    aux_ids as every entry point reads them: `eagle3lab.targets.auxlayers.parse_aux_ids`).
     source: 'counts' (the loss-masked tokens of the set) or 'recorded' (what the other
     tool recorded: SpecForge's vocab_mapping.pt, speculators' token_freq.pt)."""
     from safetensors.torch import save_file
 
-    from eagle3lab.data.foreign import open_shards
-
     if source not in VOCAB_SOURCES:
         raise UserError(f"Unknown vocab map source {source!r}; use one of "
                         f"{', '.join(VOCAB_SOURCES)}.")
+    aux_ids = check_aux_ids(aux_ids, "aux_ids (--aux-ids)")
     shards = open_shards(data, data_format=data_format, target=target, aux_ids=aux_ids)
     existing = shards.manifest.get("vocab_map")
     kept = shards.path / (existing or {}).get("file", VOCAB_MAP)

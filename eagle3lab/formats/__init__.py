@@ -7,8 +7,8 @@ vocab maps) from being discovered only as accept length 1.00 on a GPU server.
 """
 
 from eagle3lab.formats.convert import convert_checkpoint
+from eagle3lab.formats.doctor import inspect_checkpoint
 from eagle3lab.formats.findings import CODES, Finding, Report
-from eagle3lab.formats.inspect import inspect_checkpoint
 from eagle3lab.formats.load_as import EngineRefusal, load_as
 from eagle3lab.formats.profiles import ENGINES, PROFILES, get_profile
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eagle3lab.errors import UserError
+from eagle3lab.formats.doctor import inspect_checkpoint
 from eagle3lab.fsutil import atomic_dir, atomic_write_json
 from eagle3lab.formats.detect import RECORD_KEY, DraftConfig, parse_draft_config
 from eagle3lab.formats.findings import Report
@@ -28,7 +29,7 @@ from eagle3lab.formats.profiles import (ATTN_BIAS_PARTS, ATTN_PARTS, FIRST_LAYER
 from eagle3lab.formats.reader import Checkpoint
 from eagle3lab.formats.schema import draft_tensors
 from eagle3lab.formats.targetinfo import TargetInfo, target_info
-from eagle3lab.target.auxlayers import CAPTURE_SEMANTICS, capture_to_ids
+from eagle3lab.targets.auxlayers import CAPTURE_SEMANTICS, capture_to_ids
 
 _PARTS = ATTN_PARTS + ATTN_BIAS_PARTS + MLP_PARTS + NORM_PARTS + FIRST_LAYER_EXTRA
 _SHARED = ("fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight", "d2t", "t2d")
@@ -104,7 +105,7 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *,
                        force: bool = False) -> ConversionResult:
     """Convert SRC to DST for `to` (engine: the profile the output must pass; default
     "sglang" for --to sglang, "vllm" for --to speculators)."""
-    from eagle3lab.formats.inspect import inspect_checkpoint
+    # lazy: a test patches eagle3lab.formats.locate.locate_checkpoint
     from eagle3lab.formats.locate import locate_checkpoint
 
     if to not in TABLES:

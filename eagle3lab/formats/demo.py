@@ -146,6 +146,7 @@ def make_demo_pair(root: str | os.PathLike, *, seed: int = 0) -> dict[str, Path]
     import torch
     from safetensors.torch import load_file, save_file
 
+    # lazy: a test patches eagle3lab.formats.convert.convert_checkpoint
     from eagle3lab.formats.convert import convert_checkpoint
 
     root = Path(root)

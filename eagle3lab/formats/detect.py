@@ -13,7 +13,7 @@ import dataclasses
 import re
 from typing import Any, Literal
 
-from eagle3lab.target.auxlayers import PLACES, ids_to_capture
+from eagle3lab.targets.auxlayers import PLACES, ids_to_capture
 
 Format = Literal["speculators", "eagle3", "unknown"]
 
@@ -132,7 +132,7 @@ class DraftConfig:
         """How many positions the drafter was trained to draft (its TTT depth) and where
         that was read: the record's `ttt_steps`, else speculators'
         `speculators_config.proposal_methods[0].speculative_tokens` (eagle3lab's trainer
-        writes its ttt_steps there: train/drafter.py build_drafter)."""
+        writes its ttt_steps there: train/model.py build_drafter)."""
         n = (self.record or {}).get("ttt_steps")
         if isinstance(n, int) and n > 0:
             return n, f"ttt_steps ({self.record_source})"
@@ -218,14 +218,6 @@ def read_sidecar(directory) -> dict[str, Any] | None:
     if isinstance(steps, int):
         out["ttt_steps"] = steps
     return out or None
-
-
-def load_draft_config(directory) -> DraftConfig:
-    """A drafter directory's config.json parsed, with its eagle3lab.json record (the
-    config's own `eagle3lab` block wins where both say something)."""
-    from eagle3lab.formats.reader import read_config
-
-    return parse_draft_config(read_config(directory), sidecar=read_sidecar(directory))
 
 
 def parse_draft_config(config: dict[str, Any] | None, *,

@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eagle3lab.errors import UserError
+from eagle3lab.formats.convert import to_speculators_config
 from eagle3lab.formats.detect import DraftConfig, canonical_key, parse_draft_config
+from eagle3lab.formats.opened import open_drafter, owned
 from eagle3lab.formats.profiles import INPUT_NORM, EngineProfile, engine_key, get_profile
 from eagle3lab.formats.reader import Checkpoint
 from eagle3lab.formats.schema import (applies, draft_tensors, engine_capture, engine_param_keys,
                                       engine_target_hidden, num_aux)
 from eagle3lab.formats.targetinfo import target_info, target_tensor
+
+if TYPE_CHECKING:
+    from eagle3lab.formats.opened import OpenedDrafter
 
 #: Stand-in for an engine's uninitialised parameters (SGLang/vLLM allocate torch.empty;
 #: RMSNorm weights start at ones). Seeded, so predictions are reproducible.
@@ -56,15 +61,24 @@ class EngineState:
                 "notes": self.notes}
 
 
-def load_as(checkpoint: str | os.PathLike, engine: str, *,
+def load_as(checkpoint: str | os.PathLike | OpenedDrafter, engine: str, *,
             target: str | os.PathLike | None = None, seed: int = 0) -> EngineState:
-    """The drafter state `engine` would end up with (see the module docstring)."""
+    """The drafter state `engine` would end up with (see the module docstring).
+    `checkpoint`: a path (located first: formats/locate.py) or an `OpenedDrafter`
+    (formats/opened.py), whose headers are not read again."""
+    profile = get_profile(engine)
+    drafter = open_drafter(checkpoint)
+    try:
+        return _load_as(drafter.checkpoint, profile, target=target, seed=seed)
+    finally:
+        if owned(checkpoint, drafter):
+            drafter.close()
+
+
+def _load_as(ck: Checkpoint, profile: EngineProfile, *, target: str | os.PathLike | None,
+             seed: int) -> EngineState:
     import torch
 
-    from eagle3lab.formats.locate import locate_checkpoint
-
-    profile = get_profile(engine)
-    ck = Checkpoint(locate_checkpoint(checkpoint))
     if ck.problems:
         raise EngineRefusal("; ".join(f"{p.file}: {p.message}" for p in ck.problems))
     cfg = parse_draft_config(ck.config)
@@ -131,7 +145,6 @@ def load_as(checkpoint: str | os.PathLike, engine: str, *,
     capture, default = engine_capture(profile, cfg, n_layers)
     if default:
         notes.append(f"{profile.name} captures its default aux layers {capture}.")
-    ck.close()
     return EngineState(
         engine=profile.name, state=state, sources=sources, dropped=sorted(dropped),
         hot_token_ids=hot, capture_points=capture,
@@ -193,8 +206,6 @@ def build_model(es: EngineState, *, attn: str = "sdpa"):
     """A speculators Eagle3DraftModel that computes what the engine computes (CPU ok)."""
     import torch
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-
-    from eagle3lab.formats.convert import to_speculators_config
 
     cfg = es.config
     if cfg.layout == "speculators":

@@ -62,6 +62,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from eagle3lab.errors import UserError
+
 Support = Literal["never", "config", "unverified"]
 
 #: The parts of one draft decoder layer, in checkpoint naming (relative to `layers.i.`).
@@ -246,8 +248,6 @@ DEFAULT_ENGINE = {"eagle3": "sglang", "speculators": "vllm", "unknown": "sglang"
 
 
 def get_profile(engine: str) -> EngineProfile:
-    from eagle3lab.errors import UserError
-
     if engine not in PROFILES:
         raise UserError(f"Unknown engine {engine!r}; choose one of {', '.join(ENGINES)}.")
     return PROFILES[engine]

@@ -19,6 +19,9 @@ import struct
 from pathlib import Path
 from typing import Any, Iterator
 
+from eagle3lab.errors import UserError
+from eagle3lab.formats.detect import DraftConfig, detect_format, parse_draft_config, read_sidecar
+
 #: safetensors dtype tag -> (torch dtype name, bytes per element)
 ST_DTYPES = {
     "F64": ("float64", 8), "F32": ("float32", 4), "F16": ("float16", 2),
@@ -117,8 +120,6 @@ class Checkpoint:
     @property
     def format(self) -> str:
         """speculators / eagle3 / unknown, from the config and tensor names (no data read)."""
-        from eagle3lab.formats.detect import detect_format
-
         return detect_format(list(self.tensors), self.config)
 
     # -- opening ---------------------------------------------------------------------------
@@ -262,8 +263,6 @@ class Checkpoint:
 
 def read_config(path: str | os.PathLike) -> dict[str, Any]:
     """A model directory's config.json as a dict (UserError if missing or malformed)."""
-    from eagle3lab.errors import UserError
-
     p = Path(path) / "config.json"
     try:
         data = json.loads(p.read_text())
@@ -274,3 +273,9 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserError(f"{p} is not a JSON object.")
     return data
+
+
+def load_draft_config(directory) -> DraftConfig:
+    """A drafter directory's config.json parsed, with its eagle3lab.json record (the
+    config's own `eagle3lab` block wins where both say something)."""
+    return parse_draft_config(read_config(directory), sidecar=read_sidecar(directory))

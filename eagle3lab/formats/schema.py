@@ -13,7 +13,7 @@ import dataclasses
 
 from eagle3lab.formats.detect import DraftConfig, get_path
 from eagle3lab.formats.profiles import (INPUT_NORM, VERIFIER_KEYS, EngineProfile, layer_parts)
-from eagle3lab.target.auxlayers import default_capture_points, ids_to_capture
+from eagle3lab.targets.auxlayers import default_capture_points, ids_to_capture
 
 
 @dataclasses.dataclass(frozen=True)

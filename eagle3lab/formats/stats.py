@@ -13,6 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from eagle3lab.data.foreign import open_shards
+from eagle3lab.data.vocab import token_counts
+from eagle3lab.formats.detect import canonical_key
 from eagle3lab.formats.findings import CODES, Report
 from eagle3lab.formats.reader import Checkpoint
 
@@ -66,8 +69,6 @@ def tensor_stats(checkpoint: str | os.PathLike) -> list[dict[str, Any]]:
 def diff_checkpoints(a: str | os.PathLike, b: str | os.PathLike) -> list[dict[str, Any]]:
     """Tensor-by-tensor comparison, matching midlayer.* with layers.0.* across formats."""
     import torch
-
-    from eagle3lab.formats.detect import canonical_key
 
     ca, cb = Checkpoint(a), Checkpoint(b)
     try:
@@ -129,8 +130,6 @@ def vocab_coverage(checkpoint: str | os.PathLike, counts) -> dict[str, Any]:
     """
     import torch
 
-    from eagle3lab.formats.detect import canonical_key
-
     ck = Checkpoint(checkpoint)
     try:
         keys = {canonical_key(k): k for k in ck.tensors}
@@ -162,9 +161,6 @@ def load_token_counts(path: str | os.PathLike):
 
     p = Path(path)
     if p.is_dir():
-        from eagle3lab.data.foreign import open_shards
-        from eagle3lab.data.vocab import token_counts
-
         return token_counts(open_shards(p))
     if p.suffix == ".safetensors":
         from safetensors.torch import load_file

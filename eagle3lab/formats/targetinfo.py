@@ -15,7 +15,7 @@ from typing import Any
 
 from eagle3lab.config import DEFAULT_TARGET, TARGET_PRESETS, preset_dir
 from eagle3lab.errors import UserError
-from eagle3lab.formats.reader import read_config
+from eagle3lab.formats.reader import Checkpoint, read_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,8 +80,6 @@ _HEAD = ("lm_head.weight", "model.lm_head.weight")
 def target_tensor(target: str | os.PathLike, what: str):
     """The target's input embedding ("embed") or output head ("head", the embedding when
     tied) [vocab, hidden], read alone from its weight files."""
-    from eagle3lab.formats.reader import Checkpoint
-
     d = target_dir(target)
     ck = Checkpoint(d)
     names = _HEAD + _EMBED if what == "head" else _EMBED

@@ -23,8 +23,8 @@ import functools
 import json
 from typing import Any, Literal
 
+from eagle3lab.engines.versions import version_tuple
 from eagle3lab.preflight.gen_capture_table import TABLE_DIR
-from eagle3lab.server.launch import version_tuple
 
 Status = Literal["yes", "no", "unknown"]
 
@@ -77,7 +77,7 @@ def capture_verdict(*, engine: str, version: str | None,
     if engine == "reference":
         return CaptureVerdict(engine, "eagle3lab", architecture, "yes", "reference", None,
                               "the reference server captures by forward hooks on any "
-                              "transformers decoder (eagle3lab/target/adapter.py)", "")
+                              "transformers decoder (eagle3lab/targets/adapter.py)", "")
     return _versioned_verdict(engine, version, architecture)
 
 

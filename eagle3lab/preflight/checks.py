@@ -9,7 +9,7 @@ target supports (`context-length`), a draft vocabulary larger than the target's
 steps than the drafter was trained for or a vLLM launch without num_speculative_tokens
 (`draft-tokens`), vLLM 0.25.1's model runner for the launch (`vllm_runner`), and the
 start-up messages this command will make the engine print (`startup-warning`, from the
-log reader's catalogue, eagle3lab/server/warnings.py). Each function takes plain values and
+log reader's catalogue, eagle3lab/serverlogs/catalogue.py). Each function takes plain values and
 returns `Finding`s of the doctor's type (eagle3lab/formats/findings.py).
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 from eagle3lab.formats.findings import Finding, error, info, warning
 from eagle3lab.preflight.capture import CaptureVerdict
 from eagle3lab.preflight.command import LaunchSpec
+from eagle3lab.serverlogs.catalogue import KNOWN_WARNINGS
 
 
 def capture_findings(v: CaptureVerdict, *, text_arch: str | None) -> list[Finding]:
@@ -226,8 +227,6 @@ def startup_warning_findings(spec: LaunchSpec, *, draft_dir: str | None,
                              target_cfg: dict | None) -> list[Finding]:
     """startup-warning: catalogue entries this SGLang command will trigger, explained."""
     from pathlib import Path
-
-    from eagle3lab.server.warnings import KNOWN_WARNINGS
 
     if spec.engine != "sglang":
         return []

@@ -4,7 +4,7 @@ Prevents judging a launch other than the one that will run: the command line is 
 way each engine reads it, not re-typed by hand into another tool.
 - SGLang (`python -m sglang.launch_server ...`, `sglang serve ...`): SGLang's own
   `prepare_server_args` checks the whole command where sglang imports
-  (eagle3lab/server/sglang_check.py, run by run.py); the fields preflight needs are read
+  (eagle3lab/engines/sglang_check.py, run by run.py); the fields preflight needs are read
   here by a small argparse mirroring SGLang 0.5.23's flags (sglang/srt/arg_groups/fields/:
   model.py `--model-path` alias `--model`, `--context-length`, `--dtype`,
   `--trust-remote-code`, `--revision`; spec.py `--speculative-algorithm`,
@@ -27,7 +27,9 @@ way each engine reads it, not re-typed by hand into another tool.
   (vllm/config/speculative.py `SpeculativeConfig`).
 - Environment assignments before the command (`VLLM_USE_V2_MODEL_RUNNER=0 vllm serve ...`,
   `env A=B ...`) are kept in `flags["env"]`: vLLM 0.25.1 picks its model runner from one.
-- `eagle3lab serve` (the reference server): eagle3lab's own parser.
+- `eagle3lab serve` (the reference server): the parser of its own options
+  (eagle3lab/engines/serve_args.py, the one the CLI's `serve` is built from; the CLI itself
+  is not imported); with `--engine vllm|sglang`, the engine command it starts.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import json
 import shlex
 from typing import Any
 
+from eagle3lab.engines.serve_args import launch_config, serve_parser
 from eagle3lab.errors import UserError
 
 
@@ -192,17 +195,13 @@ def parse_command(command: str | list[str]) -> LaunchSpec:
             flags={"speculative_config": sc, "trust_remote_code": ns.trust_remote_code,
                    "pipeline_parallel_size": ns.pp, "env": _env_prefix(argv)},
             unknown=unknown)
-    from eagle3lab.cli import build_parser
-
     try:
-        ns = build_parser().parse_args(["serve", *args])
+        ns = serve_parser().parse_args(args)
     except SystemExit:  # argparse printed why
         raise UserError(f"The eagle3lab serve command does not parse: {' '.join(args)!r} "
                         f"(eagle3lab serve --help lists its options).") from None
-    if getattr(ns, "engine", "reference") != "reference":
+    if ns.engine != "reference":
         # `eagle3lab serve --engine vllm|sglang`: judge the engine command it starts
-        from eagle3lab.cli.serve import launch_config
-
         return dataclasses.replace(parse_command(launch_config(ns).to_argv()), argv=argv)
     return LaunchSpec(
         engine="reference", argv=argv, target=ns.target, draft=ns.draft,

@@ -47,6 +47,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
+from eagle3lab.errors import UserError
+from eagle3lab.fsutil import atomic_write_json
+
 METHOD = "set_eagle3_layers_to_capture"
 VLLM_PROTOCOL = "SupportsEagle3"
 TABLE_DIR = Path(__file__).with_name("capture_tables")
@@ -56,8 +59,6 @@ VLLM_SKIPPED_REGISTRIES = ("_SPECULATIVE_DECODING_MODELS",)
 
 def sglang_models_dir() -> Path:
     """The installed sglang's srt/models directory (UserError when sglang is absent)."""
-    from eagle3lab.errors import UserError
-
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         raise UserError("sglang is not installed: the SGLang capture table is generated from "
@@ -395,8 +396,6 @@ def table_path(version: str, engine: str = "sglang") -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eagle3lab.fsutil import atomic_write_json
-
     p = argparse.ArgumentParser(prog="python -m eagle3lab.preflight.gen_capture_table",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--engine", choices=("sglang", "vllm"), default="sglang")

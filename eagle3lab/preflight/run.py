@@ -4,7 +4,7 @@ Prevents starting a server that cannot work, and saying "fine" about what was no
 the command is parsed as the engine reads it (command.py; SGLang's own parser runs beside
 the checks where sglang imports), the target and drafter are resolved (local directory,
 prepared preset, or a hub id only where a cached config exists; otherwise `unresolved`
-says so), the doctor (eagle3lab.formats.inspect) runs for that engine and version, the
+says so), the doctor (eagle3lab.formats.doctor) runs for that engine and version, the
 capture tables answer for the target's class (capture.py), and the launch checks
 (checks.py) are added. Exit codes of the CLI: 0 no error, 1 errors, 2 not judged.
 
@@ -12,7 +12,7 @@ Not judged: a launch whose target, or (speculative) drafter, cannot be resolved,
 id without a cached config.json (preflight never downloads) or a remote URL: the checks
 that need it did not run, so the report says NOT JUDGED (`PreflightReport.judged` is False,
 `unresolved` names what and why) and the CLI exits 2, never "OK". `ok` keeps its meaning,
-"no error finding": the launcher (eagle3lab/server/launch.py `start`) refuses on `not ok`,
+"no error finding": the launcher (eagle3lab/serving/launch.py `start`) refuses on `not ok`,
 and an unresolved hub id is not an error there, since the engine downloads it (a hub-id
 target cached on the launching machine is resolved and judged in full). A name that looks
 local (it starts with `/`, `.` or `~`, or has more than one `/`) but is not a directory
@@ -29,12 +29,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from eagle3lab import __version__
+from eagle3lab.config import TARGET_PRESETS, preset_dir
+from eagle3lab.engines.sglang_parser import check_argv_with_sglang
+from eagle3lab.engines.versions import (PINNED_SGLANG, installed_sglang_version,
+                                       installed_vllm_version, version_tuple)
 from eagle3lab.errors import UserError
+from eagle3lab.formats.doctor import inspect_checkpoint
 from eagle3lab.formats.findings import (Finding, FindingsVerdict, error, findings_lines, info,
                                         warning)
+from eagle3lab.formats.opened import open_drafter, owned
+from eagle3lab.formats.reader import read_config
 from eagle3lab.preflight import checks
-from eagle3lab.preflight.capture import capture_verdict, version_tuple
+from eagle3lab.preflight.capture import capture_verdict, generated_versions
 from eagle3lab.preflight.command import LaunchSpec, parse_command
+from eagle3lab.targets.auxlayers import CONVENTIONS, check_aux_ids, ids_to_capture
+from eagle3lab.workdir import drafter_or_default
 
 #: The first SGLang release with the multi-layer drafter loader (`layers.N.*`, norms):
 #: older ones load `midlayer.*` only (the doctor's portable "sglang" profile).
@@ -129,8 +139,6 @@ def resolve_model(given: str | None, *, what: str) -> tuple[Path | None, str | N
     directory, a prepared preset, or a hub id whose config.json is in the local Hugging Face
     cache. `fatal`: the engine cannot start with it (a local-looking path that is not a
     directory with a config.json), as opposed to a hub id it may download (not judged)."""
-    from eagle3lab.config import TARGET_PRESETS, preset_dir
-
     if not given:
         return None, f"the command names no {what}", False
     if "://" in given:
@@ -157,26 +165,23 @@ def resolve_model(given: str | None, *, what: str) -> tuple[Path | None, str | N
 
 
 def _read_config(d: Path | None) -> dict[str, Any] | None:
-    from eagle3lab.formats.reader import read_config
-
     return read_config(d) if d is not None else None
 
 
-def doctor_engine(spec: LaunchSpec, version: str, draft_dir: Path | None) -> str:
-    """The doctor's engine profile for this launch."""
+def doctor_engine(spec: LaunchSpec, version: str, draft_dir) -> str:
+    """The doctor's engine profile for this launch. `draft_dir`: the drafter's directory,
+    or its `OpenedDrafter` (eagle3lab.formats.opened: its headers are not read again)."""
     if spec.engine == "vllm":
         return "vllm"
     if spec.engine == "reference":
-        from eagle3lab.formats.reader import Checkpoint
-        from eagle3lab.specdec.load import native_engine
-
         if draft_dir is None:
             return "speculators"
-        ck = Checkpoint(draft_dir)
+        drafter = open_drafter(draft_dir)
         try:
-            return native_engine(ck.format)
+            return drafter.native_engine
         finally:
-            ck.close()
+            if owned(draft_dir, drafter):
+                drafter.close()
     return "sglang-0.5.23" if version_tuple(version) >= version_tuple(MULTI_LAYER_SGLANG) \
         else "sglang"
 
@@ -188,17 +193,9 @@ def resolve_version(spec: LaunchSpec, given: str | None) -> str:
     if given:
         return given
     if spec.engine == "sglang":
-        from eagle3lab.server.launch import PINNED_SGLANG, installed_sglang_version
-
         return installed_sglang_version() or PINNED_SGLANG
     if spec.engine == "vllm":
-        from importlib import metadata
-
-        try:
-            return metadata.version("vllm")
-        except metadata.PackageNotFoundError:
-            return "unknown"
-    from eagle3lab import __version__
+        return installed_vllm_version() or "unknown"
 
     return __version__
 
@@ -224,8 +221,6 @@ def preflight(command: str | list[str], *, engine_version: str | None = None,
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     future = None
     if spec.engine == "sglang" and engine_parser and parser_result is None:
-        from eagle3lab.server.launch import check_argv_with_sglang
-
         future = pool.submit(check_argv_with_sglang, spec.argv, timeout_s=parser_timeout_s)
     try:
         findings += [warning("launch-command", f"Arguments this preflight does not read: "
@@ -233,14 +228,15 @@ def preflight(command: str | list[str], *, engine_version: str | None = None,
                              f"them).", found=spec.unknown)] if spec.unknown and \
             spec.engine == "vllm" else []
         if spec.engine == "reference" and spec.flags.get("speculative") and not spec.draft:
-            from eagle3lab.workdir import drafter_or_default
-
             spec.draft = str(drafter_or_default(None, spec.target))
         tdir, ddir, unresolved = _resolve_launch(spec, findings)
+
+        # the drafter located and read once: the profile choice and the doctor share it
+        drafter = open_drafter(ddir) if ddir is not None and spec.speculative else None
         if not spec.speculative:
             findings.append(_not_speculative(spec))
         tcfg = _read_config(tdir)
-        profile = doctor_engine(spec, version, ddir) if spec.speculative else None
+        profile = doctor_engine(spec, version, drafter) if spec.speculative else None
         text = (tcfg or {}).get("text_config") if isinstance((tcfg or {}).get("text_config"),
                                                              dict) else tcfg
         arch = ((tcfg or {}).get("architectures") or [None])[0]
@@ -256,10 +252,11 @@ def preflight(command: str | list[str], *, engine_version: str | None = None,
         if spec.engine == "vllm" and spec.speculative:
             runner = checks.vllm_runner(spec, target_cfg=tcfg, env=env)
             findings += _vllm_version_notes(version, runner)
-        if ddir is not None and spec.speculative:
-            report, dcfg, extra = _doctor(ddir, tdir, profile, check_values, trained_aux_layers,
-                                          trained_convention, version,
-                                          runner[0] if runner else None)
+        if drafter is not None:
+            with drafter:
+                report, dcfg, extra = _doctor(drafter, tdir, profile, check_values,
+                                              trained_aux_layers, trained_convention, version,
+                                              runner[0] if runner else None)
             findings += report.findings + extra
             skipped += [s for s in report.skipped if tdir is not None or "target" not in
                         s["check"]]
@@ -330,8 +327,6 @@ def _vllm_version_notes(version: str, runner: tuple[str, str]) -> list[Finding]:
     """Which vLLM the drafter checks describe (0.25.1's loader, read in its source) and
     which of its model runners this launch gets (it decides where aux ids are read and
     whether a last-layer drafter starts)."""
-    from eagle3lab.preflight.capture import generated_versions
-
     newest = generated_versions("vllm")[-1]
     out = [info("launch-command", f"vLLM model runner: {runner[0].upper()} ({runner[1]}).")]
     if version == "unknown":
@@ -360,22 +355,21 @@ def _layer_cfg(dcfg) -> dict[str, Any] | None:
             "num_key_value_heads": dcfg.num_key_value_heads}
 
 
-def _doctor(ddir: Path, tdir: Path | None, profile: str, check_values: bool,
+def _doctor(drafter, tdir: Path | None, profile: str, check_values: bool,
             trained: list[int] | None, convention: str, version: str,
             vllm_runner: str | None = None):
     """The doctor's report for this engine, the parsed draft config (with its training
-    record), and extra findings."""
-    from eagle3lab.formats.detect import load_draft_config
-    from eagle3lab.formats.inspect import inspect_checkpoint
-    from eagle3lab.target.auxlayers import CONVENTIONS, ids_to_capture
-
+    record), and extra findings. `drafter`: an OpenedDrafter (eagle3lab.formats.opened),
+    read once for both."""
     if trained is not None and convention not in CONVENTIONS:
         raise UserError(f"--trained-convention {convention!r}: use one of "
                         f"{', '.join(CONVENTIONS)}.")
+    trained = check_aux_ids(trained, "trained_aux_layers (--trained-aux-layers)")
     points = ids_to_capture(trained, convention) if trained is not None else None
-    report = inspect_checkpoint(ddir, target=tdir, engine=profile, check_values=check_values,
-                                trained_capture=points, vllm_runner=vllm_runner)
-    dcfg = load_draft_config(ddir)
+    report = inspect_checkpoint(drafter, target=tdir, engine=profile,
+                                check_values=check_values, trained_capture=points,
+                                vllm_runner=vllm_runner)
+    dcfg = drafter.draft_config
     extra = []
     if profile == "sglang" and version_tuple(version) < version_tuple(MULTI_LAYER_SGLANG):
         extra.append(info("launch-command", f"SGLang {version} is judged with the doctor's "
@@ -417,7 +411,7 @@ class PreflightRefused(UserError):
 
 def preflight_launch(config, *, parser_result: dict[str, Any] | None = None
                      ) -> PreflightReport:
-    """The preflight of a `LaunchConfig` (eagle3lab/server/launch.py): its exact argv, for
+    """The preflight of a `LaunchConfig` (eagle3lab/engines/argv.py): its exact argv, for
     the SGLang release it targets; SGLang's parser result is passed in by the launcher,
     which runs it anyway (`check_argv_with_sglang`)."""
     return preflight(config.to_argv(),

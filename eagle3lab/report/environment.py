@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import platform
 
+from eagle3lab.config import package_versions
+
 
 #: Packages whose versions every report records.
 PACKAGES = ("torch", "transformers", "speculators", "papermill", "nbconvert")
@@ -18,8 +20,6 @@ PACKAGES = ("torch", "transformers", "speculators", "papermill", "nbconvert")
 
 def versions() -> dict[str, str]:
     """Versions of what computed the report (packages, Python, machine)."""
-    from eagle3lab.config import package_versions
-
     out = package_versions(PACKAGES)
     out = {"eagle3lab": out.pop("eagle3lab"), "python": platform.python_version(), **out}
     out["platform"] = platform.platform()

@@ -6,7 +6,10 @@ opened: the notebook pages hide code, embed every image (base64) and carry no sc
 cleaner that keeps what a report shows: headings, tables, embedded images; the package's
 nbconvert template renders nothing where the lab template loads require.js, MathJax,
 mermaid or the widget manager from the network); index.html is one jinja2-rendered file
-with its CSS inline, thumbnails embedded, links only to files in the same directory.
+with its CSS inline, thumbnails embedded, links only to files in the same directory. The
+index opens with the headline (eagle3lab.report.summary.headline: each speed-up as measured
+in the machine's fastest configuration, named beside it; exactness as its own row) and
+keeps a per-step time table.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3lab.fsutil import atomic_path
-from eagle3lab.report.summary import format_value
+from eagle3lab.report.summary import format_value, headline, step_times
 
 #: nbconvert template (templates/nbconvert/NAME) of the notebook pages.
 NOTEBOOK_TEMPLATE = "eagle3lab-report"
@@ -167,6 +170,12 @@ def render_index(report: dict[str, Any], path: str | Path,
                              autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)
     steps = [_view(e, thumbnails or {}) for e in report["steps"]]
+    heads = report.get("headline")
+    if heads is None:  # a report.json written before the headline existed
+        heads = headline({e["name"]: e.get("summary") for e in report["steps"]
+                          if e["kind"] == "notebook"})
+    times = [{**t, "wall": _secs(t["seconds"]) or "-"}
+             for t in (report.get("times") or step_times(report["steps"]))]
     notes = list(report.get("notes", [])) + [f"{e['name']}: {n}" for e in report["steps"]
                                              for n in e.get("notes", []) or []]
     page = env.get_template("index.html.j2").render(
@@ -176,6 +185,7 @@ def render_index(report: dict[str, Any], path: str | Path,
         notebooks=[s for s in steps if s["kind"] == "notebook"],
         stages=[s for s in steps if s["kind"] == "stage"],
         failed=[s for s in steps if s["status"] == "failed"], notes=notes,
+        headline=heads, times=times,
         pipeline_yaml=_yaml(report.get("pipeline")),
         params_yaml=_yaml(report["params"]) if report.get("params") else None)
     path = Path(path)

@@ -21,8 +21,18 @@ from typing import Any, Callable, ClassVar
 
 from pydantic import Field
 
-from eagle3lab.config import DEFAULT_TARGET, StrictConfig, runs_dir
+from eagle3lab import __version__
+from eagle3lab.config import DEFAULT_TARGET, TARGET_PRESETS, StrictConfig, preset_dir, runs_dir
+from eagle3lab.data.extract import extract
+from eagle3lab.data.regenerate import regenerate
+from eagle3lab.data.shards import MANIFEST, read_manifest
+from eagle3lab.data.vocab import build_shard_vocab
 from eagle3lab.errors import UserError
+from eagle3lab.fsutil import atomic_write_json, sha256_file
+from eagle3lab.targets.adapter import resolve_target_path
+from eagle3lab.targets.auxlayers import AUX_IDS_SYNTAX, AuxIds
+from eagle3lab.train import is_finished, read_run, train
+from eagle3lab.train.config import check_train_overrides
 from eagle3lab.workdir import WorkDir
 
 #: TrainConfig fields the pipeline sets itself (the work dir decides them).
@@ -48,6 +58,9 @@ class PipelineConfig(StrictConfig):
     batch_size: int = Field(16, ge=1, description="generation batch size")
     draft_vocab_size: int = Field(8192, ge=1, description="draft vocabulary of the map and "
                                   "the drafter")
+    aux_ids: AuxIds | None = Field(None, description="aux layer ids the shards capture "
+                                   f"(extract's --aux-ids, SGLang's convention), "
+                                   f"{AUX_IDS_SYNTAX} or a list; None: the target's default")
     train: dict = Field(default_factory=dict, description="TrainConfig fields for the drafter")
 
     @classmethod
@@ -55,8 +68,6 @@ class PipelineConfig(StrictConfig):
         return super().from_dict({} if d is None else d, where)
 
     def check(self, where: str) -> None:
-        from eagle3lab.train.config import check_train_overrides
-
         check_train_overrides(self.train, where, reserved=set(_TRAIN_SET_BY_PIPELINE),
                               set_by="the pipeline from work_dir")
 
@@ -69,15 +80,15 @@ def run_demo(
     *, run_dir: str | Path | None = None, target: str = DEFAULT_TARGET,
     train_prompts: int = 96, eval_prompts: int = 24, max_new_tokens: int = 160,
     batch_size: int = 16, draft_vocab_size: int = 8192, device: str = "auto",
-    dtype: str = "float32", progress: bool = True,
+    dtype: str = "float32", progress: bool = True, aux_ids: list[int] | str | None = None,
 ) -> dict[str, Any]:
-    """Prepare the target, regenerate train/eval responses, extract shards, build the map."""
-    from eagle3lab.config import TARGET_PRESETS
-    from eagle3lab.target.default import prepare_target
-    from eagle3lab.data.extract import extract
-    from eagle3lab.data.regenerate import regenerate
-    from eagle3lab.target.adapter import load_target
-    from eagle3lab.data.vocab import build_shard_vocab
+    """Prepare the target, regenerate train/eval responses, extract shards, build the map.
+    aux_ids: extract's (None: the target's default); the vocab map reads them from the
+    shards' manifest."""
+    # lazy: a test patches eagle3lab.targets.adapter.load_target
+    from eagle3lab.targets.adapter import load_target
+    # lazy: a test patches eagle3lab.targets.default.prepare_target
+    from eagle3lab.targets.default import prepare_target
 
     wd = WorkDir(run_dir) if run_dir else WorkDir.default()
     t0 = time.time()
@@ -95,7 +106,7 @@ def run_demo(
         print(f"[3/4] extract {split}")
         stages[f"extract_{split}"] = extract(
             conversations=wd.responses(split), out=wd.shards(split),
-            target=tgt, model_dtype=dtype, progress=progress)
+            target=tgt, model_dtype=dtype, progress=progress, aux_ids=aux_ids)
     print(f"[4/4] draft vocab map ({draft_vocab_size} tokens) from the train shards")
     stages["vocab"] = build_shard_vocab(data=wd.shards_train,
                                         draft_vocab_size=draft_vocab_size)
@@ -109,9 +120,8 @@ def run_demo(
 # ---------------------------------------------------------------------------------------
 def stage_target(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, Any]:
     """Convert and verify the preset once (idempotent); a directory or hub id is checked."""
-    from eagle3lab.config import TARGET_PRESETS, preset_dir
-    from eagle3lab.target.default import prepare_target
-    from eagle3lab.target.adapter import resolve_target_path
+    # lazy: a test patches eagle3lab.targets.default.prepare_target
+    from eagle3lab.targets.default import prepare_target
 
     if cfg.target in TARGET_PRESETS:
         reused = (preset_dir(cfg.target) / "eagle3lab_target.json").exists()
@@ -123,8 +133,6 @@ def stage_target(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, 
 
 def stage_data(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, Any]:
     """Regenerate train/eval responses, extract both shard sets, build the vocab map."""
-    from eagle3lab.data.shards import MANIFEST, read_manifest
-
     def vocab_entry():
         m = wd.shards_train / MANIFEST
         return read_manifest(wd.shards_train).get("vocab_map") if m.exists() else None
@@ -135,7 +143,7 @@ def stage_data(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, An
                      train_prompts=cfg.train_prompts, eval_prompts=cfg.eval_prompts,
                      max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
                      draft_vocab_size=cfg.draft_vocab_size, device=cfg.device,
-                     dtype=cfg.model_dtype, progress=progress)
+                     dtype=cfg.model_dtype, progress=progress, aux_ids=cfg.aux_ids)
     except UserError as e:
         raise UserError(f"{e} (In a report these settings come from the parameters file's "
                         f"pipeline section; for other settings use another "
@@ -162,8 +170,6 @@ def stage_data(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, An
 def stage_train(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, Any]:
     """Train the drafter on the train shards (held-out eval shards); a finished run with the
     same settings is returned as is, an interrupted one resumed."""
-    from eagle3lab.train import is_finished, read_run, train
-
     reused = is_finished(wd.train_run)
     kwargs = {"device": cfg.device, **cfg.train, "data": str(wd.shards_train),
               "eval_data": str(wd.shards_eval), "out": str(wd.train_run),
@@ -185,14 +191,13 @@ def stage_train(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, A
 
 
 def _fingerprint(directory: Path) -> dict[str, str]:
-    from eagle3lab.fsutil import sha256_file
-
     return {p.name: sha256_file(p) for p in sorted(directory.iterdir())
             if p.is_file() and p.suffix in (".json", ".safetensors")}
 
 
 def stage_convert(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, Any]:
     """Convert the trained drafter to SGLang's format (redone only when it changed)."""
+    # lazy: a test patches eagle3lab.formats.convert.convert_checkpoint
     from eagle3lab.formats.convert import convert_checkpoint
 
     src, dst = wd.final, wd.sglang_copy
@@ -223,9 +228,6 @@ def read_stage_record(wd: WorkDir, name: str) -> dict[str, Any] | None:
 
 def run_stage(name: str, cfg: PipelineConfig, *, progress: bool = True) -> dict[str, Any]:
     """Run (or reuse) one stage and update its record; returns the record."""
-    from eagle3lab import __version__
-    from eagle3lab.fsutil import atomic_write_json
-
     wd = WorkDir(cfg.work_path())
     wd.stages.mkdir(parents=True, exist_ok=True)
     t0 = time.time()

@@ -24,6 +24,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
+from eagle3lab.config import repo_root
 from eagle3lab.errors import UserError
 from eagle3lab.workdir import WorkDir, default_drafter
 
@@ -141,3 +142,26 @@ def check_plan(plan: list[Step]) -> None:
 
 def notebook_path(notebooks_dir: Path, name: str) -> Path:
     return Path(notebooks_dir) / f"{name}.ipynb"
+
+
+def checkout_inputs(command: str, *, notebooks_dir: str | Path | None = None,
+                    default_params: str | Path | None = None) -> Path:
+    """The notebooks directory a report runs: `notebooks_dir`, else the checkout's
+    notebooks/. The notebooks, the parameters files (params/) and the shipped prompts
+    (data/prompts/) live in the repository checkout, not in the installed package, so an
+    installed `eagle3lab report` or `demo` run outside a checkout gets one UserError line
+    saying so (instead of a report in which every notebook is "missing"); so does a
+    --notebooks directory that does not exist. default_params: the parameters file used when
+    none is named (demo's params/cpu-demo.yaml), checked the same way."""
+    if notebooks_dir is not None and not Path(notebooks_dir).is_dir():
+        raise UserError(f"--notebooks {notebooks_dir}: no such directory (it holds the "
+                        f"NN_name.ipynb notebooks the report runs).")
+    nb = Path(notebooks_dir) if notebooks_dir is not None else repo_root() / "notebooks"
+    missing = [str(p) for p in (nb, default_params) if p is not None and not Path(p).exists()]
+    if missing:
+        names = "--notebooks DIR" + (" and --params FILE" if default_params else "")
+        raise UserError(f"eagle3lab {command} needs the repository checkout: "
+                        f"{' and '.join(missing)} not found (the notebooks, params/*.yaml "
+                        f"and data/prompts/ are not part of the installed package); run it "
+                        f"from the root of an eagle3lab checkout, or pass {names}.")
+    return nb

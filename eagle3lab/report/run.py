@@ -9,10 +9,14 @@ into the report directory:
 
   NAME.ipynb     the executed notebook (failed ones too: the error cell is marked)
   NAME.html      report mode: code hidden, images embedded, no scripts
-  index.html     self-contained summary: status, key figures and numbers, failures,
+  index.html     self-contained summary: the headline numbers (eagle3lab.report.summary.
+                 headline), status, key figures and numbers, per-step times, failures,
                  parameters, versions
   report.json    the same data, machine-readable
   report.log     progress lines and papermill's logged cell output
+
+At the end the per-step time table (eagle3lab.report.summary.times_text) is printed and
+logged; report.json keeps it as "times".
 
 A failing step skips only the steps that depend on it; notebooks that are not in
 notebooks/ yet are listed as missing. Key numbers come from `record_summary` outputs
@@ -37,8 +41,13 @@ from eagle3lab.config import repo_root
 from eagle3lab.errors import UserError
 from eagle3lab.report.environment import versions
 from eagle3lab.report.execute import declared_parameters, error_info, run_notebook
+from eagle3lab.report.figures import key_figure
+from eagle3lab.report.html import render_index, render_notebook
+from eagle3lab.report.params import notebook_parameters, parse_params
+from eagle3lab.report.pipeline import run_stage
 from eagle3lab.report.plan import (PLAN, Step, check_plan, notebook_path, selected_steps,
                                    wiring_context)
+from eagle3lab.report.summary import headline, read_summary, step_times, times_text
 from eagle3lab.workdir import WorkDir
 
 REPORT_FORMAT = "eagle3lab-report"
@@ -93,11 +102,6 @@ def run_report(
     reused when complete). timeout_s: per-cell execution timeout (default: the file's
     report.timeout_s, else 1800 s). notebooks_dir / plan: for tests and other studies.
     """
-    from eagle3lab.report.figures import key_figure
-    from eagle3lab.report.html import render_index, render_notebook
-    from eagle3lab.report.params import notebook_parameters, parse_params
-    from eagle3lab.report.summary import read_summary
-
     plan = list(plan if plan is not None else PLAN)
     check_plan(plan)
     nb_dir = Path(notebooks_dir) if notebooks_dir else repo_root() / "notebooks"
@@ -192,8 +196,12 @@ def run_report(
             counts[e["status"] or "not run"] = counts.get(e["status"] or "not run", 0) + 1
         report["counts"] = counts
         report["ok"] = not any(e["status"] == "failed" for e in report["steps"])
+        report["times"] = step_times(report["steps"])
+        report["headline"] = headline({e["name"]: e.get("summary") for e in report["steps"]
+                                       if e["kind"] == "notebook"})
         (out_dir / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
         render_index(report, out_dir / "index.html", thumbnails)
+        log(times_text(report["times"], report["wall_s"]))
         log(f"report: {', '.join(f'{v} {k}' for k, v in counts.items())} in "
             f"{report['wall_s']:.0f} s; index: {out_dir / 'index.html'}")
         log.close()
@@ -202,8 +210,6 @@ def run_report(
 
 
 def _run_stage(step: Step, rp, entry: dict, tag: str, log, progress: bool) -> None:
-    from eagle3lab.report.pipeline import run_stage
-
     log(f"{tag}: running")
     try:
         rec = run_stage(step.name, rp.pipeline, progress=progress)

@@ -13,17 +13,27 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eagle3lab.config import DEFAULT_TARGET
+from eagle3lab.data.prompts import chat_prompt_ids, load_prompts
+from eagle3lab.errors import UserError
+from eagle3lab.formats.opened import OpenedDrafter, owned
+from eagle3lab.specdec.batched import check_batch_size
+from eagle3lab.specdec.load import check_draft, check_engine, load_engine, resolve_engine
+from eagle3lab.specdec.stats import AcceptStats, predicted_speedup
+
+if TYPE_CHECKING:
+    from eagle3lab.formats.opened import OpenedDrafter
 
 
 @dataclasses.dataclass
 class Arm:
-    """One drafter configuration to measure."""
+    """One drafter configuration to measure. `draft`: a path, or an `OpenedDrafter`
+    (formats/opened.py) that arms sharing a drafter share."""
 
     name: str
-    draft: str | None
+    draft: str | OpenedDrafter | None
     features: str = "fused"
     load_as: str | None = None
 
@@ -44,8 +54,6 @@ def fastest_cpu_dtype() -> str:
 def prompt_ids(tokenizer, prompts: Any, limit: int | None, max_prompt_tokens: int) -> list:
     """Chat-templated prompt ids; over-long prompts are truncated (kept: their end) with a
     warning, never an error. prompts: a prompts spec ('eval', a file) or loaded `Prompt`s."""
-    from eagle3lab.data.prompts import chat_prompt_ids, load_prompts
-
     out = []
     loaded = prompts if isinstance(prompts, list) else load_prompts(prompts, limit=limit)
     for p in loaded:
@@ -59,7 +67,7 @@ def prompt_ids(tokenizer, prompts: Any, limit: int | None, max_prompt_tokens: in
 
 
 def measure_acceptance(
-    *, target: Any = DEFAULT_TARGET, draft: str | os.PathLike | None = None,
+    *, target: Any = DEFAULT_TARGET, draft: str | os.PathLike | OpenedDrafter | None = None,
     arms: list[Arm] | None = None, prompts: str | os.PathLike = "eval", limit: int | None = 24,
     max_new_tokens: int = 128, steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
     temperature: float = 0.0, seed: int = 0, device: str = "auto", dtype: str = "float32",
@@ -69,6 +77,8 @@ def measure_acceptance(
     """Decode `prompts` plainly and with each arm; return raw counts, rates and speedups.
 
     draft: one drafter checkpoint (a single healthy arm); arms: several configurations.
+    A drafter (a path, or an `OpenedDrafter`: eagle3lab.formats.opened) is located and its
+    headers read once per measurement, however many arms share it.
     threads: torch CPU threads for this measurement (0: leave as is; restored after).
     engine: "eager" (HF forwards, dynamic caches: any target, the CPU path), "static"
     (static KV caches, CUDA graphs on a GPU: eagle3lab.specdec.batched) or "auto" (static
@@ -98,15 +108,6 @@ def measure_acceptance(
 def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk,
              draft_tokens, temperature, seed, device, dtype, progress, engine,
              batch_size, compile) -> dict[str, Any]:
-    from tqdm.auto import tqdm
-
-    from eagle3lab.data.prompts import load_prompts
-    from eagle3lab.errors import UserError
-    from eagle3lab.specdec.batched import check_batch_size
-    from eagle3lab.specdec.load import check_draft, check_engine, load_engine, resolve_engine
-    from eagle3lab.specdec.stats import AcceptStats, predicted_speedup
-    from eagle3lab.target.adapter import Target, load_target
-
     # Everything that can be checked without the target is checked before loading it.
     for name, value in (("max_new_tokens", max_new_tokens), ("steps", steps), ("topk", topk)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -120,10 +121,50 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
     if arms is None:
         if draft is None:
             raise UserError("Give a drafter checkpoint (draft=...) or a list of arms.")
-        arms = [Arm("draft", str(draft))]
+        arms = [Arm("draft", draft if isinstance(draft, OpenedDrafter) else str(draft))]
+    # Each distinct drafter is located and its headers read once, here; the checks, the
+    # doctor and the loader of every arm on it share that object.
+    opened: dict[Any, OpenedDrafter] = {}
+    try:
+        for arm in arms:
+            if arm.draft is not None and _key(arm.draft) not in opened:
+                opened[_key(arm.draft)] = check_draft(arm.draft)
+        return _decode(arms=arms, opened=opened, target=target, prompts=prompts, limit=limit,
+                       max_new_tokens=max_new_tokens, steps=steps, topk=topk,
+                       draft_tokens=draft_tokens, temperature=temperature, seed=seed,
+                       device=device, dtype=dtype, progress=progress, engine=engine,
+                       batch_size=batch_size, compile=compile)
+    finally:
+        _close_opened(arms, opened)
+
+
+def _close_opened(arms: list[Arm], opened: dict[Any, OpenedDrafter]) -> None:
+    """Close (and forget) the drafters opened here from paths; those handed in opened are
+    the caller's to close."""
     for arm in arms:
-        if arm.draft is not None:
-            check_draft(arm.draft)
+        d = opened.pop(_key(arm.draft), None) if arm.draft is not None else None
+        if d is not None and owned(arm.draft, d):
+            d.close()
+
+
+def _key(draft: Any) -> Any:
+    """Arms on the same drafter (the same object, or the same path as given) share it."""
+    return draft if isinstance(draft, OpenedDrafter) else str(draft)
+
+
+def _given(draft: Any) -> Any:
+    """The drafter as the caller named it (the result's `draft`)."""
+    return draft.given if isinstance(draft, OpenedDrafter) else draft
+
+
+def _decode(*, arms, opened, target, prompts, limit, max_new_tokens, steps, topk,
+            draft_tokens, temperature, seed, device, dtype, progress, engine, batch_size,
+            compile) -> dict[str, Any]:
+    from tqdm.auto import tqdm
+
+    # lazy: a test patches eagle3lab.targets.adapter.load_target
+    from eagle3lab.targets.adapter import Target, load_target
+
     texts = load_prompts(prompts, limit=limit)
     tgt = target if isinstance(target, Target) else load_target(target, device=device,
                                                                    dtype=dtype)
@@ -138,10 +179,12 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
                         "engine decodes one prompt at a time.")
     ekw = dict(engine=kind, batch_size=batch_size, compile=compile)
     plain = load_engine(target=tgt, **ekw)
-    engines = [load_engine(target=tgt, draft=arm.draft, steps=steps, topk=topk,
+    engines = [load_engine(target=tgt, draft=opened[_key(arm.draft)] if arm.draft is not None
+                           else None, steps=steps, topk=topk,
                            draft_tokens=draft_tokens, features=arm.features, load_as=arm.load_as,
                            **ekw)
                for arm in arms]
+    _close_opened(arms, opened)  # every engine holds its own copy of the weights now
     plain_results: list = []
     arm_results: list[list] = [[] for _ in arms]
     batch: dict[str, Any] | None = None
@@ -197,7 +240,7 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
         draft_step = st.draft_s / st.verify_ct if st.verify_ct else 0.0
         same = sum(a.output_ids == b.output_ids for a, b in zip(results, plain_results))
         out["arms"].append({
-            "name": arm.name, "draft": arm.draft, "features": arm.features,
+            "name": arm.name, "draft": _given(arm.draft), "features": arm.features,
             "load_as": arm.load_as, "num_draft_tokens": eng.num_draft_tokens,
             "stats": st.to_dict(),
             "matches_plain": same,
@@ -226,12 +269,18 @@ def measure_chain_lengths(*, target: Any, arm: Arm, chain_lengths: list[int],
     `measure_acceptance` (their steps/topk/draft_tokens are replaced). Each point:
     {"steps": g, "tau", "conditional": per-position conditional acceptance}."""
     points = []
-    for g in sorted(set(chain_lengths)):
-        r = measure_acceptance(target=target, arms=[arm], **{
-            **settings, "steps": g, "topk": 1, "draft_tokens": None}, progress=False)
-        st = r["arms"][0]["stats"]
-        points.append({"steps": g, "tau": st["tau"],
-                       "conditional": st["acceptance_conditional"]})
+    drafter = check_draft(arm.draft) if arm.draft is not None else None  # once for all g
+    try:
+        for g in sorted(set(chain_lengths)):
+            r = measure_acceptance(target=target, arms=[dataclasses.replace(arm, draft=drafter)],
+                                   **{**settings, "steps": g, "topk": 1, "draft_tokens": None},
+                                   progress=False)
+            st = r["arms"][0]["stats"]
+            points.append({"steps": g, "tau": st["tau"],
+                           "conditional": st["acceptance_conditional"]})
+    finally:
+        if drafter is not None and owned(arm.draft, drafter):
+            drafter.close()
     return points
 
 
@@ -243,7 +292,8 @@ def measure_speed(*, target: Any, draft: str, dtype: str = "auto", threads: int 
     loaded target's dtype; another dtype reloads the target from `source` (default: its
     path). `dtype="none"` skips the measurement (None). `settings` as for
     `measure_acceptance`."""
-    from eagle3lab.target.adapter import load_target
+    # lazy: a test patches eagle3lab.targets.adapter.load_target
+    from eagle3lab.targets.adapter import load_target
 
     if dtype == "none":
         return None

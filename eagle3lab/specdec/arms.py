@@ -15,7 +15,11 @@ import dataclasses
 import os
 from pathlib import Path
 
+from eagle3lab.formats.demo import make_speculators_draft
 from eagle3lab.specdec.accept import Arm
+from eagle3lab.specdec.failures import sglang_config_speculators_keys
+from eagle3lab.targets.adapter import resolve_target_path
+from eagle3lab.workdir import default_drafter
 
 #: Names of the failure arms (what a broken server would feed or load).
 LAST_LAYER_ARM = "last_layer features"
@@ -43,16 +47,11 @@ def acceptance_arms(*, drafts: list, target: str | os.PathLike, workdir: str | o
     when there is one, else by its last two path parts), else the default drafter of
     `target`, else an untrained one built in `workdir`; with `compare_failures` the two
     failure arms of the first drafter (their checkpoint is written in `workdir`)."""
-    from eagle3lab.workdir import default_drafter
-    from eagle3lab.target.adapter import resolve_target_path
-
     workdir = Path(workdir)
     notes: list[str] = []
     draft_list = list(dict.fromkeys(str(d) for d in drafts)) or [
         d for d in [default_drafter(target)] if d]
     if not draft_list:
-        from eagle3lab.formats.demo import make_speculators_draft
-
         draft_list = [str(make_speculators_draft(workdir / "untrained",
                                                  target=resolve_target_path(target),
                                                  draft_vocab=4096))]
@@ -61,8 +60,6 @@ def acceptance_arms(*, drafts: list, target: str | os.PathLike, workdir: str | o
     arms = [Arm("/".join(Path(d).parts[-2:]) if len(draft_list) > 1 else "healthy", d)
             for d in draft_list]
     if compare_failures:
-        from eagle3lab.specdec.failures import sglang_config_speculators_keys
-
         bad = sglang_config_speculators_keys(draft_list[0], workdir / "keys-mismatch",
                                              target=resolve_target_path(target))
         arms += [Arm(LAST_LAYER_ARM, draft_list[0], "last_layer"),

@@ -35,11 +35,13 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from eagle3lab.errors import UserError
 from eagle3lab.specdec.engine import accept_sampled, check_features, resolve_draft_shape
 from eagle3lab.specdec.plain import sample_token
 from eagle3lab.specdec.result import GenerationResult
 from eagle3lab.specdec.staticmodel import (DrafterForward, Graphs, TargetForward, move_slots,
                                            round_up, unsupported_reason)
+from eagle3lab.targets.auxlayers import AuxLayers
 
 #: kv_len buckets: attention reads the cache up to the next multiple of this.
 KV_BUCKET = 128
@@ -47,8 +49,6 @@ KV_BUCKET = 128
 
 def check_batch_size(batch_size) -> None:
     """Refuse a batch size that is not a whole number >= 1 (--batch-size)."""
-    from eagle3lab.errors import UserError
-
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise UserError(f"batch size (--batch-size) must be a whole number of at least 1, "
                         f"got {batch_size!r}.")
@@ -79,9 +79,6 @@ class BatchedEngine:
                  steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
                  features: str = "fused", batch_size: int = 1, graphs: bool | None = None,
                  compile: bool = False):
-        from eagle3lab.errors import UserError
-        from eagle3lab.target.auxlayers import AuxLayers
-
         why = unsupported_reason(target.model.config, model=target.model)
         if why:
             raise UserError(f"The static engine cannot run the target {target.name}: {why}. "
@@ -127,7 +124,6 @@ class BatchedEngine:
     def _ensure(self, max_len: int) -> None:
         if max_len <= self.max_len:
             return
-        from eagle3lab.errors import UserError
 
         t = self.target
         why = unsupported_reason(t.model.config, max_len=round_up(max_len, KV_BUCKET))
@@ -179,8 +175,6 @@ class BatchedEngine:
         prompt). seeds[i]: prompt i's sampling generator seed (as SpecEngine's `seed`).
         on_step: only with batch size 1. on_done(i, result) as each prompt finishes."""
         import torch
-
-        from eagle3lab.errors import UserError
 
         if temperature > 0 and self.drafter is not None and self.topk > 1:
             raise UserError("Tree drafting (topk > 1) is verified greedily only; use topk 1 "

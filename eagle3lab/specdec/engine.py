@@ -19,16 +19,16 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from eagle3lab.errors import UserError
 from eagle3lab.specdec.kvcache import attention_mask, gather, keep
 from eagle3lab.specdec.plain import sample_token, sampling_probs
 from eagle3lab.specdec.result import GenerationResult
+from eagle3lab.targets.auxlayers import AuxLayers
 
 FEATURES = ("fused", "last_layer")
 
 
 def check_features(features: str) -> None:
-    from eagle3lab.errors import UserError
-
     if features not in FEATURES:
         raise UserError(f"features must be one of {FEATURES}, got {features!r}.")
 
@@ -36,8 +36,6 @@ def check_features(features: str) -> None:
 def resolve_draft_shape(steps: int, topk: int, draft_tokens: int | None) -> int:
     """D (tokens verified per step, root included) as SGLang resolves it: S + 1 for chains
     (topk 1), else the given D, default min(S*K, 16) + 1; refuses impossible shapes."""
-    from eagle3lab.errors import UserError
-
     if steps < 1 or topk < 1:
         raise UserError("steps and topk must be at least 1.")
     if topk == 1:
@@ -122,8 +120,6 @@ class SpecEngine:
     def __init__(self, target, drafter, *, capture_points: list[int] | None = None,
                  steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
                  features: str = "fused"):
-        from eagle3lab.target.auxlayers import AuxLayers
-
         check_features(features)
         draft_tokens = resolve_draft_shape(steps, topk, draft_tokens)
         self.target, self.drafter = target, drafter
@@ -167,8 +163,6 @@ class SpecEngine:
         count), for a server that streams and counts per step as the engines do."""
         import torch
         from transformers import DynamicCache
-
-        from eagle3lab.errors import UserError
 
         if temperature > 0 and self.topk > 1:
             raise UserError("Tree drafting (topk > 1) is verified greedily only; use topk 1 "

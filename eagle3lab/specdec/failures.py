@@ -12,6 +12,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from eagle3lab.formats.reader import Checkpoint
+from eagle3lab.fsutil import atomic_dir
+from eagle3lab.specdec.load import check_draft
+
 
 def sglang_config_speculators_keys(healthy: str | os.PathLike, dst: str | os.PathLike, *,
                                    target: str | os.PathLike | None = None) -> Path:
@@ -23,10 +27,8 @@ def sglang_config_speculators_keys(healthy: str | os.PathLike, dst: str | os.Pat
 
     from safetensors.torch import save_file
 
+    # lazy: a test patches eagle3lab.formats.convert.convert_checkpoint
     from eagle3lab.formats.convert import convert_checkpoint
-    from eagle3lab.formats.reader import Checkpoint
-    from eagle3lab.fsutil import atomic_dir
-    from eagle3lab.specdec.load import check_draft
 
     healthy, dst = Path(healthy), Path(dst)
     check_draft(healthy)
@@ -50,8 +52,6 @@ def sglang_config_speculators_keys(healthy: str | os.PathLike, dst: str | os.Pat
 
 
 def _format(path: Path) -> str:
-    from eagle3lab.formats.reader import Checkpoint
-
     ck = Checkpoint(path)  # headers only
     try:
         return ck.format

@@ -1,5 +1,6 @@
 """Build a decoding engine from paths: the target, and a drafter loaded the way a serving
-engine would load it.
+engine would load it (a drafter path is opened once, formats/opened.py, and that one
+object is checked, inspected and loaded).
 
 Prevents decoding with a drafter that cannot fit the target: before any decoding the
 checkpoint is inspected against the target with the doctor, and fit errors (hidden size,
@@ -11,61 +12,73 @@ checkpoint is exactly the silent failure we want to reproduce offline.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from eagle3lab.errors import UserError
+from eagle3lab.formats.doctor import inspect_checkpoint
+from eagle3lab.formats.load_as import build_model
+from eagle3lab.formats.load_as import load_as as emulate
+from eagle3lab.formats.opened import native_engine as native
+from eagle3lab.formats.opened import open_drafter, owned
+from eagle3lab.specdec.batched import BatchedEngine
+from eagle3lab.specdec.drafting import Drafter
+from eagle3lab.specdec.engine import SpecEngine
+from eagle3lab.specdec.plain import PlainEngine
+from eagle3lab.specdec.staticmodel import unsupported_reason
+
+if TYPE_CHECKING:
+    from eagle3lab.formats.opened import OpenedDrafter
 
 #: Doctor codes that mean "this drafter cannot be run against this target at all".
 FIT_CODES = ("unreadable", "format-unknown", "hidden-size", "fc-dim", "vocab-map", "shape")
 
 
 def native_engine(fmt: str) -> str:
-    """The engine a checkpoint's own format is loaded by without any renaming."""
-    return "speculators" if fmt == "speculators" else "sglang"
+    """The engine a checkpoint's own format is loaded by without any renaming
+    (formats/opened.py holds the rule; `OpenedDrafter.native_engine` applies it)."""
+    return native(fmt)
 
 
-def fit_errors(draft: str | os.PathLike, *, target: str | os.PathLike,
+def fit_errors(draft: str | os.PathLike | OpenedDrafter, *, target: str | os.PathLike,
                codes: tuple[str, ...] = FIT_CODES) -> tuple[str, list]:
     """(the engine that loads the checkpoint's format natively, the doctor's error findings
-    with these codes for `draft` against `target` inspected for that engine; [] = fits)."""
-    from eagle3lab.formats.inspect import inspect_checkpoint
-    from eagle3lab.formats.locate import locate_checkpoint
-    from eagle3lab.formats.reader import Checkpoint
-
-    draft = locate_checkpoint(draft)
-    ck = Checkpoint(draft)  # headers only: which engine loads this format natively
-    fmt = ck.format
-    ck.close()
-    engine = native_engine(fmt)
-    report = inspect_checkpoint(draft, target=target, engine=engine)
+    with these codes for `draft` against `target` inspected for that engine; [] = fits).
+    `draft`: a path or an `OpenedDrafter`, whose headers are not read again and which keeps
+    the report."""
+    drafter = open_drafter(draft)
+    try:
+        engine = drafter.native_engine  # headers only: which engine loads it natively
+        report = inspect_checkpoint(drafter, target=target, engine=engine)
+    finally:
+        if owned(draft, drafter):
+            drafter.close()
     return engine, [f for f in report.errors() if f.code in codes]
 
 
-def check_draft(draft: str | os.PathLike) -> None:
+def check_draft(draft: str | os.PathLike | OpenedDrafter) -> OpenedDrafter:
     """Refuse a drafter path that does not exist or holds no drafter checkpoint (speculators'
-    or SGLang's EAGLE-3 format), naming it, before anything slow (the target) is loaded."""
-    from eagle3lab.errors import UserError
-    from eagle3lab.formats.locate import locate_checkpoint
-    from eagle3lab.formats.reader import Checkpoint
-
-    p = locate_checkpoint(draft)
+    or SGLang's EAGLE-3 format), naming it, before anything slow (the target) is loaded.
+    Returns the drafter opened (located, config and headers read; `draft` itself when it is
+    an `OpenedDrafter`), for the steps after to share."""
+    drafter = open_drafter(draft)
+    given, p = drafter.given, drafter.path
     if not p.is_dir():
-        raise UserError(f"The drafter {str(draft)!r} " + (
+        raise UserError(f"The drafter {str(given)!r} " + (
             "is a file; a drafter checkpoint is a directory (config.json + weights)."
             if p.exists() else "does not exist.")
             + " Pass a speculators or SGLang EAGLE-3 checkpoint directory (--draft).")
-    ck = Checkpoint(p)  # config and headers only
-    try:
-        fmt, problems = ck.format, ck.problems
-    finally:
-        ck.close()
+    fmt, problems = drafter.format, drafter.problems  # config and headers only
     if problems or fmt == "unknown":
         why = ("; ".join(f"{x.file}: {x.message}" for x in problems) if problems else
                "its config.json and tensor names match neither speculators' format nor "
                "SGLang's (a target model passed as --draft?)")
-        raise UserError(f"{draft} is not a readable EAGLE-3 drafter checkpoint: {why}. "
-                        f"`eagle3lab inspect {draft}` gives the full report.")
+        raise UserError(f"{given} is not a readable EAGLE-3 drafter checkpoint: {why}. "
+                        f"`eagle3lab inspect {given}` gives the full report.")
+    return drafter
 
 
-def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLike | None = None,
+def load_engine(*, target: Any = "smollm2-135m-instruct",
+                draft: str | os.PathLike | OpenedDrafter | None = None,
                 steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
                 features: str = "fused", load_as: str | None = None, device: str = "auto",
                 dtype: str = "float32", seed: int = 0, engine: str = "eager",
@@ -75,43 +88,38 @@ def load_engine(*, target: Any = "smollm2-135m-instruct", draft: str | os.PathLi
     torch.compile each captured step first, for fused kernels) of either kind;
     `engine="auto"`: static on a GPU where the target is supported, else eager.
     `load_as`: emulate that serving engine's loading of the drafter (default: the
-    checkpoint's native engine, i.e. as trained)."""
-    from eagle3lab.errors import UserError
-    from eagle3lab.formats.load_as import build_model, load_as as emulate
-    from eagle3lab.target.adapter import Target, load_target
-    from eagle3lab.specdec.drafter import Drafter
-    from eagle3lab.specdec.engine import SpecEngine
-    from eagle3lab.specdec.plain import PlainEngine
+    checkpoint's native engine, i.e. as trained). `draft`: a path or an `OpenedDrafter`
+    (formats/opened.py): opened once here, or not at all, and shared by the checks, the
+    doctor and the loader."""
+    # lazy: a test patches eagle3lab.targets.adapter.load_target
+    from eagle3lab.targets.adapter import Target, load_target
 
-    if draft is not None:
-        from eagle3lab.formats.locate import locate_checkpoint
-
-        check_draft(draft)
-        draft = locate_checkpoint(draft)
+    opened = check_draft(draft) if draft is not None else None
     tgt = target if isinstance(target, Target) else load_target(target, device=device,
                                                                    dtype=dtype)
     engine_kind = resolve_engine(engine, tgt)
-    if draft is None:
+    if opened is None:
         if engine_kind == "static":
-            from eagle3lab.specdec.batched import BatchedEngine
-
             return BatchedEngine(tgt, None, batch_size=batch_size, graphs=graphs,
                                  compile=compile)
         return PlainEngine(tgt)
-    engine, misfit = fit_errors(draft, target=tgt.path)
-    if misfit:
-        raise UserError(
-            f"The drafter {draft} does not fit the target {tgt.name}; refused before decoding. "
-            + " ".join(f"[{f.code}] {f.message}" for f in misfit)
-            + f" (run `eagle3lab inspect {draft} --target {tgt.path}` for the full report).")
-    state = emulate(draft, load_as or engine, target=tgt.path, seed=seed)
+    try:
+        engine, misfit = fit_errors(opened, target=tgt.path)
+        if misfit:
+            raise UserError(
+                f"The drafter {opened.path} does not fit the target {tgt.name}; refused before "
+                f"decoding. " + " ".join(f"[{f.code}] {f.message}" for f in misfit)
+                + f" (run `eagle3lab inspect {opened.path} --target {tgt.path}` for the full "
+                f"report).")
+        state = emulate(opened, load_as or engine, target=tgt.path, seed=seed)
+    finally:
+        if owned(draft, opened):
+            opened.close()
     model = build_model(state).to(tgt.device, tgt.dtype)
     drafter = Drafter(model)
     if state.hot_token_ids is not None:
         drafter.hot_ids = state.hot_token_ids.to(tgt.device)
     if engine_kind == "static":
-        from eagle3lab.specdec.batched import BatchedEngine
-
         return BatchedEngine(tgt, drafter, capture_points=state.capture_points, steps=steps,
                              topk=topk, draft_tokens=draft_tokens, features=features,
                              batch_size=batch_size, graphs=graphs, compile=compile)
@@ -126,8 +134,6 @@ ENGINES = ("auto", "eager", "static")
 
 def check_engine(engine: str) -> None:
     """Refuse an engine name that is not one of ENGINES (--engine)."""
-    from eagle3lab.errors import UserError
-
     if engine not in ENGINES:
         raise UserError(f"engine (--engine) must be one of {', '.join(ENGINES)}; got "
                         f"{engine!r}.")
@@ -136,8 +142,6 @@ def check_engine(engine: str) -> None:
 def resolve_engine(engine: str, target) -> str:
     """"eager" or "static"; "auto" is static on a GPU when the target is supported, else
     eager (the CPU path stays the one the tests pin)."""
-    from eagle3lab.specdec.staticmodel import unsupported_reason
-
     check_engine(engine)
     if engine == "auto":
         gpu = target.device.type == "cuda"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from eagle3lab.specdec.stats import chain_expected_tau
+
 
 def acceptance_bars(result: dict[str, Any], ax=None):
     """Cumulative and conditional acceptance per draft position, one bar group per arm."""
@@ -58,8 +60,6 @@ def tau_vs_chain(points: list[dict[str, Any]], a: float, ax=None):
     """Measured tau per chain length against (1 - a^(g+1)) / (1 - a) for the measured a."""
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from eagle3lab.specdec.stats import chain_expected_tau
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.8))

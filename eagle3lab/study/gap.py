@@ -25,7 +25,10 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from eagle3lab.study.importers import load_metrics
 from eagle3lab.study.plateau import Plateau, detect_plateau
+from eagle3lab.study.scaling import metrics_file
+from eagle3lab.workdir import default_drafter
 
 ACC = "full_acc_0"
 
@@ -244,15 +247,10 @@ def reference_frames(references: Sequence[str | os.PathLike], *, names: Sequence
     run's final/ drafter, or "default" (the shipped default drafter). Returns (frames,
     notes): a reference with no curve, or whose curve is one of `exclude` (the runs
     already drawn), is left out with a note saying why."""
-    from eagle3lab.study.scaling import metrics_file
-    from eagle3lab.study.importers import load_metrics
-
     seen = {m.resolve() for e in exclude if (m := metrics_file(e))}
     frames, notes = [], []
     for k, ref in enumerate(references):
         if str(ref) == "default":
-            from eagle3lab.workdir import default_drafter
-
             ref = default_drafter()
             if ref is None:
                 notes.append("'default': no shipped default drafter was found")

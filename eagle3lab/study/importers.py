@@ -5,10 +5,10 @@ decay-weighted per-position losses are un-weighted, each trainer's tag names are
 one column set, and every imported frame says in `df.attrs["loss_kind"]` what its loss is
 (speculators: KL; SpecForge `ploss`: soft cross-entropy = KL + target entropy, so loss
 LEVELS are only comparable within one trainer; accuracies compare across trainers). The
-columns are those of `eagle3lab.train.metrics.read_metrics` (see its module docstring).
+columns are those of `eagle3lab.train.counts.read_metrics` (see its module docstring).
 
 Log sources read by `load_metrics`:
-- eagle3lab run dirs (metrics.jsonl, read by eagle3lab.train.metrics);
+- eagle3lab run dirs (metrics.jsonl, read by eagle3lab.train.counts);
 - TensorBoard event files (events.out.tfevents.*), read with tensorboard's own event
   reader, from `speculators train --logger tensorboard` (tags train/loss_i,
   train/full_acc_i, train/cond_acc_i, train/loss, val/*_epoch, lr, epoch, profile/*) or
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3lab.errors import UserError
-from eagle3lab.train.metrics import finish_frame, read_metrics
+from eagle3lab.train.counts import finish_frame, read_metrics
 
 #: tag regex -> column template, per trainer (read from their logging code).
 TAG_MAPS: dict[str, list[tuple[str, str]]] = {

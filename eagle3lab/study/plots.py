@@ -13,6 +13,7 @@ import re
 from typing import Any, Sequence
 
 from eagle3lab.study.plateau import detect_plateau
+from eagle3lab.train.counts import read_metrics
 
 _X_LABEL = {"tokens": "tokens processed (positions)", "step": "optimizer step",
             "epoch": "epoch", "wall_s": "wall time (s)"}
@@ -135,8 +136,6 @@ def plot_study_curves(study_dir, *, metric: str = "eval_loss_mean", extra: Seque
     from pathlib import Path
 
     import matplotlib.pyplot as plt
-
-    from eagle3lab.train.metrics import read_metrics
 
     study = json.loads((Path(study_dir) / "study.json").read_text())
     arms = sorted({(r["data_fraction"], r["weight_decay"]) for r in study["runs"]})

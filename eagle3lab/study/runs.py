@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3lab.formats.locate import FoundCheckpoint, specforge_steps, speculators_epochs
+from eagle3lab.study.importers import load_metrics
 from eagle3lab.study.plateau import Plateau, detect_plateau
 
 CHECKPOINT_COLUMNS = ["run", "source", "step", "epoch", "tokens", "complete", "servable",
@@ -117,8 +118,6 @@ def load_run(logs: str | os.PathLike, *, checkpoints: str | os.PathLike | None =
     (default: the logs' directory or its parent, where one holds checkpoints: an
     eagle3lab run dir holds both, SpecForge writes its event files to OUT/runs beside its
     step checkpoints; speculators writes them to --log-dir and --save-path)."""
-    from eagle3lab.study.importers import load_metrics
-
     df = load_metrics(logs, name=name, trainer=trainer, decay=decay,
                       tokens_per_step=tokens_per_step, run=run)
     if checkpoints is None:  # the logs' directory, else its parent (SpecForge: OUT/runs)

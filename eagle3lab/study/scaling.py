@@ -17,7 +17,15 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from eagle3lab.data.foreign import open_shards
 from eagle3lab.errors import UserError
+from eagle3lab.formats.reader import Checkpoint
+from eagle3lab.specdec.load import FIT_CODES, fit_errors
+from eagle3lab.targets.adapter import resolve_device
+from eagle3lab.train import (PackedData, TrainConfig, check_drafter_against_shards, evaluate,
+                             load_drafter, match_final_state, split_samples)
+from eagle3lab.train.counts import frame_from_lines, read_metrics
+from eagle3lab.workdir import default_drafter
 
 LARGE_KIND = "large data (not equal compute)"
 CPU_KIND = "study arm (equal compute)"
@@ -27,9 +35,6 @@ def study_eval_split(study_dir: str | os.PathLike) -> dict[str, Any]:
     """What every run of the study evaluates on, and how: the held-out shards (or the
     samples held out of the train shards), the batch size that packs them, and the TTT
     depth, loss and decay of the metrics."""
-    from eagle3lab.data.foreign import open_shards
-    from eagle3lab.train import TrainConfig, split_samples
-
     cfg = json.loads((Path(study_dir) / "study.json").read_text())["config"]
     t = {**TrainConfig.defaults(), **cfg["train"]}
     if cfg.get("eval_data"):
@@ -47,9 +52,6 @@ def drafter_misfit(drafter: str | os.PathLike, *, data: str | os.PathLike) -> li
     """The checkpoint doctor's fit errors for `drafter` against the target the shards in
     `data` were extracted from ([] = it fits and can be evaluated on them), e.g. the
     shipped drafter against the demo's tiny random target: hidden size 576 vs 64."""
-    from eagle3lab.data.foreign import open_shards
-    from eagle3lab.specdec.load import FIT_CODES, fit_errors
-
     target = open_shards(data).manifest["target"]["path"]
     return [f"[{f.code}] {f.message}"
             for f in fit_errors(drafter, target=target, codes=FIT_CODES + ("aux-layers",))[1]]
@@ -67,11 +69,6 @@ def evaluate_drafter(drafter: str | os.PathLike, *, eval_data: str | os.PathLike
     verifier norm and head, restricted by its own t2d, so a drafter whose vocab map differs
     from the shards' (e.g. trained on other data) is evaluated correctly. `ttt_steps` need
     not be the depth it was trained with: pass the study's so the columns line up."""
-    from eagle3lab.data.foreign import open_shards
-    from eagle3lab.target.adapter import resolve_device
-    from eagle3lab.train import (PackedData, check_drafter_against_shards, evaluate,
-                                 load_drafter, match_final_state)
-
     path = Path(drafter)
     if not (path / "config.json").is_file():
         raise UserError(f"{path} is not a saved drafter (no config.json).")
@@ -101,8 +98,6 @@ def evaluate_drafter(drafter: str | os.PathLike, *, eval_data: str | os.PathLike
 def eval_columns(ev: dict[str, Any]) -> dict[str, Any]:
     """An `eval` dict as the columns `metrics.read_metrics` gives an eval line (eval_loss_i,
     eval_full_acc_i, eval_cond_acc_i, eval_objective, eval_loss_mean, eval_sim_accept_len)."""
-    from eagle3lab.train.metrics import frame_from_lines
-
     row = frame_from_lines([{"step": 0, "eval": ev}]).iloc[0].to_dict()
     return {k: v for k, v in row.items() if k.startswith("eval_")}
 
@@ -112,8 +107,6 @@ def vocab_coverage(t2d, *, data: str | os.PathLike, indices: list[int] | None = 
     Teacher-forced accuracy compares with the target's best token WITHIN the drafter's own
     draft vocab, so it cannot see tokens outside it; for greedy responses this is how often
     the target's choice can be drafted at all."""
-    from eagle3lab.data.foreign import open_shards
-
     s = open_shards(data)
     inside = total = 0
     for i in range(len(s)) if indices is None else indices:
@@ -170,8 +163,6 @@ def drafter_record(drafter: str | os.PathLike) -> dict[str, Any]:
 def drafter_curve(drafter: str | os.PathLike, *, label: str = "large-data"):
     """The drafter's own training curve (read_metrics frame, labelled as measured on ITS
     eval split), or None when it has no metrics.jsonl."""
-    from eagle3lab.train.metrics import read_metrics
-
     rec = drafter_record(drafter)
     if not rec["metrics"]:
         return None
@@ -187,8 +178,6 @@ def large_data_row(drafter: str | os.PathLike, study_dir: str | os.PathLike, *,
     batches at the study's TTT depth (eval_* columns as in `compare_at_equal_compute`),
     with its training data and compute from `drafter_record`, the share of eval tokens its
     draft vocab covers, and `accept_len` from `acceptance` (e.g. `offline_acceptance`)."""
-    from eagle3lab.formats.reader import Checkpoint
-
     split = study_eval_split(study_dir)
     ev = evaluate_drafter(drafter, eval_data=split["data"], indices=split["indices"],
                           ttt_steps=split["ttt_steps"],
@@ -208,8 +197,6 @@ def large_data_row(drafter: str | os.PathLike, study_dir: str | os.PathLike, *,
            "draft_vocab_coverage": None if t2d is None else
            vocab_coverage(t2d, data=split["data"], indices=split["indices"])}
     if acceptance is not None:
-        from eagle3lab.data.foreign import open_shards
-
         row["accept_len"] = acceptance(Path(drafter),
                                        target=open_shards(split["data"]).manifest["target"]["path"])
     return row
@@ -221,8 +208,6 @@ def data_scaling_table(study_dir: str | os.PathLike, table, large: dict[str, Any
     same held-out batches. `draft_vocab_coverage`: share of eval tokens each draft vocab
     holds (the study runs share the train shards' map)."""
     import pandas as pd
-
-    from eagle3lab.data.foreign import open_shards
 
     final = table[table["multiplier"] == table["multiplier"].max()] if len(table) else table
     rows = final.assign(kind=CPU_KIND, tokens_processed=final["tokens"],
@@ -357,8 +342,6 @@ def large_data_arm(large_data_drafter: str = "", *, study_dir: str | os.PathLike
     doctor finds it does not fit the target the shards in `data` came from: then the arm
     is skipped and `skip` names the misfit (e.g. demo shards from a tiny test target,
     hidden 64, vs the shipped drafter's 576)."""
-    from eagle3lab.workdir import default_drafter
-
     if large_data_drafter == "none":
         return LargeDataArm(label, skip="large_data_drafter is 'none'")
     path = large_data_drafter or default_drafter()

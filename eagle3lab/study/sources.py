@@ -22,6 +22,16 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from eagle3lab.config import DEFAULT_TARGET
+from eagle3lab.data.foreign import DATA_FORMATS, open_shards
+from eagle3lab.data.foreign.write import write_as
+from eagle3lab.data.shards import ShardSet
+from eagle3lab.data.vocab import build_shard_vocab
+from eagle3lab.errors import UserError
+from eagle3lab.study.sweep import demo_data
+from eagle3lab.targets.adapter import resolve_target_path
+from eagle3lab.workdir import WorkDir
+
 #: The study's directory name inside a work dir (eagle3lab.workdir.WorkDir.study).
 STUDY_NAME = "grokking-vs-data"
 
@@ -48,8 +58,6 @@ def study_data(*, train_data: str = "", eval_data: str = "", study_dir: str = ""
     layout the shards are in (without `train_data`: the demo shards, written in that
     layout); `data_target`: the target a foreign set was captured from
     (needed the first time; the demo's target for demo data)."""
-    from eagle3lab.workdir import WorkDir
-
     foreign_demo = source != "eagle3lab" and not train_data  # the default shards are ours
     chosen = _study_data(train_data=train_data, eval_data=eval_data, study_dir=study_dir,
                          demo=demo or foreign_demo, demo_target=demo_target, work=(
@@ -63,8 +71,6 @@ def study_data(*, train_data: str = "", eval_data: str = "", study_dir: str = ""
 
 def _study_data(*, train_data, eval_data, study_dir, demo, demo_target, work, log):
     if demo or (not train_data and not (work.shards_train / "manifest.json").exists()):
-        from eagle3lab.study.sweep import demo_data
-
         if not demo:
             log("No default shards yet (run `eagle3lab demo`); using tiny synthetic demo data.")
         tmp = Path(tempfile.mkdtemp(prefix="eagle3lab-06-"))
@@ -80,19 +86,10 @@ def _foreign(d: StudyData, *, source: str, target: str) -> StudyData:
     """`d` read as `source`'s sets: demo shards written in its layout first (with the demo
     map's size); each set opened once with its target; the train set must carry a vocab
     map (`eagle3lab vocab --data ... --target ...` builds one)."""
-    from eagle3lab.data.foreign import DATA_FORMATS, open_shards
-    from eagle3lab.errors import UserError
-
     if source not in DATA_FORMATS[1:]:
         raise UserError(f"source must be one of {', '.join(DATA_FORMATS[1:])}, not {source!r}.")
     train, ev = d.train, d.eval
     if d.demo:
-        from eagle3lab.config import DEFAULT_TARGET
-        from eagle3lab.data.foreign.write import write_as
-        from eagle3lab.data.shards import ShardSet
-        from eagle3lab.data.vocab import build_shard_vocab
-        from eagle3lab.target.adapter import resolve_target_path
-
         target = resolve_target_path(target or DEFAULT_TARGET)
         size = int(ShardSet(d.train).vocab_map()[0].numel())
         root = Path(d.train).parents[1] / source

@@ -27,9 +27,18 @@ from typing import Annotated, Any, Callable, ClassVar
 
 from pydantic import Field
 
-from eagle3lab.config import StrictConfig
+from eagle3lab.config import DEFAULT_TARGET, StrictConfig
+from eagle3lab.data.extract import extract
+from eagle3lab.data.foreign import open_shards
+from eagle3lab.data.prompts import Prompt, chat_prompt_ids, conversation_record
+from eagle3lab.data.vocab import build_shard_vocab
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json
+from eagle3lab.specdec.accept import measure_acceptance
+from eagle3lab.train import TrainConfig, is_finished, read_run, split_samples, train
+from eagle3lab.train.config import check_train_overrides
+from eagle3lab.train.counts import read_metrics
+from eagle3lab.workdir import WorkDir
 
 
 #: TrainConfig fields each run of the study gets from the study itself.
@@ -59,8 +68,6 @@ class StudyConfig(StrictConfig):
     train: dict = Field(default_factory=dict, description="TrainConfig overrides, all runs")
 
     def check(self, where: str) -> None:
-        from eagle3lab.train.config import check_train_overrides
-
         check_train_overrides(self.train, where, reserved=_SET_BY_STUDY,
                               set_by="the study itself")
 
@@ -68,9 +75,6 @@ class StudyConfig(StrictConfig):
 def full_epoch_tokens(data: str, max_tokens_per_batch: int = 2048,
                       eval_fraction: float | None = None) -> int:
     """Tokens one pass over the full training set processes (what the budget counts)."""
-    from eagle3lab.data.foreign import open_shards
-    from eagle3lab.train import split_samples
-
     s = open_shards(data)
     idx, _ = split_samples(len(s), eval_fraction=eval_fraction, data_fraction=1.0, data_seed=0)
     lengths = s.lengths()
@@ -79,8 +83,6 @@ def full_epoch_tokens(data: str, max_tokens_per_batch: int = 2048,
 
 def plan_study(cfg: StudyConfig) -> list[dict[str, Any]]:
     """One entry per run: name, run dir, arm and the train() keyword arguments."""
-    from eagle3lab.train import TrainConfig
-
     base = {**TrainConfig.defaults(), **cfg.train}
     ev_frac = None if cfg.eval_data else base["eval_fraction"]
     budget = cfg.budget_epochs * full_epoch_tokens(cfg.data, base["max_tokens_per_batch"],
@@ -103,8 +105,6 @@ def run_study(cfg: StudyConfig | None = None, *, progress: bool = True,
               **kwargs) -> dict[str, Any]:
     """Run every planned run that is not finished (resuming interrupted ones) through the
     library's `train`. Returns {name: status}. Keyword form: run_study(data=..., out=...)."""
-    from eagle3lab.train import is_finished, read_run, train
-
     cfg = cfg or StudyConfig.from_dict(kwargs)
     plan = plan_study(cfg)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
@@ -138,9 +138,6 @@ def compare_at_equal_compute(study_dir: str | os.PathLike, *,
     that reached the level's token count. acceptance(final_dir) -> accept length adds a
     measured `accept_len` column (e.g. the offline acceptance module, once it exists)."""
     import pandas as pd
-
-    from eagle3lab.train.metrics import read_metrics
-    from eagle3lab.train import read_run
 
     study = json.loads((Path(study_dir) / "study.json").read_text())
     levels = study["budget_tokens_levels"]
@@ -181,8 +178,6 @@ def offline_acceptance(*, prompts: str = "eval", limit: int = 8, max_new_tokens:
     held-out prompts, plain vs speculative, against the target the shards came from)."""
     def measure(final_dir: Path, target: str | None = None) -> float:
         """target: where the target is now (default: the path the drafter recorded)."""
-        from eagle3lab.specdec.accept import measure_acceptance
-
         info = json.loads((Path(final_dir) / "eagle3lab.json").read_text())
         r = measure_acceptance(target=target or info["data"]["train"]["target"]["path"],
                                draft=str(final_dir), prompts=prompts, limit=limit,
@@ -291,12 +286,8 @@ def demo_data(out: str | os.PathLike, *, target: str | None = None, n_train: int
     already made. Returns {"train": dir, "eval": dir}."""
     import random
 
-    from eagle3lab.config import DEFAULT_TARGET
-    from eagle3lab.data.extract import extract
-    from eagle3lab.data.prompts import Prompt, chat_prompt_ids, conversation_record
-    from eagle3lab.target.adapter import load_target
-    from eagle3lab.data.vocab import build_shard_vocab
-    from eagle3lab.workdir import WorkDir
+    # lazy: a test patches eagle3lab.targets.adapter.load_target
+    from eagle3lab.targets.adapter import load_target
 
     wd = WorkDir(Path(out))
     dirs = {"train": wd.shards_train, "eval": wd.shards_eval}

@@ -1,7 +1,7 @@
 """Train an EAGLE-3 drafter (speculators' model and loss) on eagle3lab shards.
 
 Prevents three silent failures of drafter training, one module each:
-- a drafter built for other features (`drafter.py`, `data.py`): hidden size, aux layers,
+- a drafter built for other features (`model.py`, `data.py`): hidden size, aux layers,
   target vocab and draft vocab map come from the shard manifest; mismatched shards are
   refused before any step, naming both values;
 - options the serving engine ignores (`config.py`): `serve_engine` picks the speculators
@@ -18,9 +18,10 @@ re-exports the public names, so `from eagle3lab.train import X` works for each o
 from eagle3lab.train.checkpoints import RUN_FORMAT, RUN_VERSION, is_finished, pack_drafter, read_run
 from eagle3lab.train.config import ENGINE_PROFILES, TrainConfig
 from eagle3lab.train.data import PackedData, shard_identity, split_samples
-from eagle3lab.train.drafter import build_drafter, check_drafter_against_shards, draft_layer_config, load_drafter, match_final_state
 from eagle3lab.train.evaluation import evaluate
 from eagle3lab.train.loop import TrainingDiverged, train, train_run
+from eagle3lab.train.model import (build_drafter, check_drafter_against_shards, draft_layer_config,
+                                   load_drafter, match_final_state)
 
 __all__ = [
     "ENGINE_PROFILES", "RUN_FORMAT", "RUN_VERSION", "PackedData", "TrainConfig",

@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from eagle3lab.config import package_versions
 from eagle3lab.distributed import Ranks
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import (atomic_dir, atomic_write_json, atomic_write_text, read_json_object,
@@ -51,8 +52,6 @@ def is_finished(run_dir: str | os.PathLike) -> bool:
 
 def versions() -> dict[str, str]:
     """The versions run.json records: eagle3lab and the libraries that compute the run."""
-    from eagle3lab.config import package_versions
-
     return package_versions(("speculators", "torch", "transformers"))
 
 

@@ -8,7 +8,8 @@ Prevents two silent failures:
   is refused instead of ignored (`StrictConfig`).
 
 `eagle3lab train`'s options are generated from TrainConfig's fields: their names, types,
-defaults and help (each field's `description`), so the CLI and the library cannot drift.
+defaults and help (each field's `description`), in the option group each field names
+(`OPTION_GROUPS`), so the CLI and the library cannot drift.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from eagle3lab.config import StrictConfig
+from eagle3lab.config import StrictConfig, cli_group
 from eagle3lab.errors import UserError
 
 #: Speculators EAGLE-3 flags each serving engine implements (checked against the engines'
@@ -32,87 +33,135 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
+def engine_profiles_text() -> str:
+    """ENGINE_PROFILES in words (what `train --help` says of --serve-engine): per engine,
+    the speculators flags it sets, and those it leaves off."""
+    def names(flags: list[str]) -> str:
+        return ", ".join(flags[:-1]) + " and " + flags[-1] if len(flags) > 1 else flags[0]
+
+    parts = []
+    for engine, flags in ENGINE_PROFILES.items():
+        on = [k for k, v in flags.items() if v]
+        off = [k for k, v in flags.items() if not v]
+        parts.append(f"{engine} sets {names(on) if on else 'none of them'}"
+                     + (f" ({names(off)} off)" if off else ""))
+    return "; ".join(parts)
+
+
+#: `eagle3lab train --help`'s option groups (title -> what they hold), in help order; each
+#: TrainConfig field names its group in `json_schema_extra`.
+OPTION_GROUPS: dict[str, str] = {
+    "data": "the shards, the held-out split, how steps are packed and read",
+    "model": "the drafter, its loss and its initialisation",
+    "optimiser": "AdamW, the learning-rate schedule, gradients",
+    "schedule": "how long to train, when to evaluate and log",
+    "checkpoints": "the run directory, checkpoints, resuming",
+    "distributed": "devices, threads and torchrun's ranks",
+}
+
+
 class TrainConfig(StrictConfig):
     WHERE: ClassVar[str] = "train config"
 
     data: str = Field(description="train shard directory (made by `eagle3lab extract`, "
-                      "with a vocab map)")
+                      "with a vocab map)", json_schema_extra=cli_group("data"))
     data_format: Literal["auto", "eagle3lab", "specforge", "speculators"] = Field(
         "auto", description="format of data (eval_data: detected): eagle3lab shards, SpecForge's "
-        "rows_*/data_*.ckpt or speculators' hidden_states/hs_*.safetensors (auto: detected)")
+        "rows_*/data_*.ckpt or speculators' hidden_states/hs_*.safetensors (auto: detected)",
+        json_schema_extra=cli_group("data"))
     out: str = Field(description="run directory: run.json, metrics.jsonl, checkpoints/, "
-                     "final/")
+                     "final/", json_schema_extra=cli_group("checkpoints"))
     eval_data: str | None = Field(None, description="held-out shards; None = hold out "
-                                  "eval_fraction of data")
-    eval_fraction: float = Field(0.05, gt=0, lt=1, description="used only without eval_data")
+                                  "eval_fraction of data", json_schema_extra=cli_group("data"))
+    eval_fraction: float = Field(0.05, gt=0, lt=1, description="used only without eval_data",
+                                 json_schema_extra=cli_group("data"))
     data_fraction: float = Field(1.0, gt=0, le=1, description="train on this fraction of the "
-                                 "samples (nested subsets)")
+                                 "samples (nested subsets)", json_schema_extra=cli_group("data"))
     data_seed: int = Field(0, description="picks the held-out and data_fraction subsets "
-                           "(not the data order)")
+                           "(not the data order)", json_schema_extra=cli_group("data"))
     epochs: int = Field(1, ge=1, description="passes over the (fraction of the) data; "
-                        "max_steps/max_tokens cut it")
-    max_steps: int | None = Field(None, description="stop after this many optimizer steps")
+                        "max_steps/max_tokens cut it", json_schema_extra=cli_group("schedule"))
+    max_steps: int | None = Field(None, description="stop after this many optimizer steps",
+                                  json_schema_extra=cli_group("schedule"))
     max_tokens: int | None = Field(None, description="stop once this many tokens were "
-                                   "processed (equal compute)")
+                                   "processed (equal compute)",
+                                   json_schema_extra=cli_group("schedule"))
     max_tokens_per_batch: int = Field(2048, ge=16, description="packed tokens per step "
-                                      "(speculators' total_seq_len)")
+                                      "(speculators' total_seq_len)",
+                                      json_schema_extra=cli_group("data"))
     pad_batches: bool = Field(False, description="pad batches to max_tokens_per_batch "
-                              "(always on CUDA: compile)")
-    lr: float = Field(3e-4, gt=0, description="peak learning rate (AdamW)")
+                              "(always on CUDA: compile)", json_schema_extra=cli_group("data"))
+    lr: float = Field(3e-4, gt=0, description="peak learning rate (AdamW)",
+                      json_schema_extra=cli_group("optimiser"))
     schedule: Literal["constant", "cosine", "linear"] = Field(
-        "cosine", description="learning-rate schedule after warmup")
-    warmup_steps: int = Field(0, description="steps of linear warmup from 0 to lr")
-    weight_decay: float = Field(0.01, description="AdamW weight decay")
-    grad_clip: float = Field(1.0, description="max global grad norm; 0 = off")
+        "cosine", description="learning-rate schedule after warmup",
+        json_schema_extra=cli_group("optimiser"))
+    warmup_steps: int = Field(0, description="steps of linear warmup from 0 to lr",
+                              json_schema_extra=cli_group("optimiser"))
+    weight_decay: float = Field(0.01, description="AdamW weight decay",
+                                json_schema_extra=cli_group("optimiser"))
+    grad_clip: float = Field(1.0, description="max global grad norm; 0 = off",
+                             json_schema_extra=cli_group("optimiser"))
     ttt_steps: int = Field(3, ge=1, description="TTT unroll depth (speculators 3, "
-                           "SpecForge/EAGLE 7)")
+                           "SpecForge/EAGLE 7)", json_schema_extra=cli_group("model"))
     ttt_step_loss_decay: float = Field(1.0, description="loss weight decay**i at position i "
-                                       "(EAGLE: 0.8)")
+                                       "(EAGLE: 0.8)", json_schema_extra=cli_group("model"))
     loss_fn: str = Field("kl_div", description="speculators loss name or JSON mix, eager "
-                         "implementation")
-    num_layers: int = Field(1, ge=1, description="draft decoder layers")
+                         "implementation", json_schema_extra=cli_group("model"))
+    num_layers: int = Field(1, ge=1, description="draft decoder layers",
+                            json_schema_extra=cli_group("model"))
     train_lm_head: bool = Field(False, description="train the draft head too (speculators "
-                                "freezes it)")
+                                "freezes it)", json_schema_extra=cli_group("model"))
     serve_engine: Literal["sglang", "vllm"] = Field("sglang", description="picks "
-                                                    "ENGINE_PROFILES flags")
+                                                    "ENGINE_PROFILES flags",
+                                                    json_schema_extra=cli_group("model"))
     draft_attn: Literal["sdpa", "eager", "simple_flex_attention"] = Field(
-        "sdpa", description="attention implementation of the draft decoder layer")
+        "sdpa", description="attention implementation of the draft decoder layer",
+        json_schema_extra=cli_group("model"))
     eval_every: int = Field(50, description="steps between evals (0 = only at the start and "
-                            "the end)")
+                            "the end)", json_schema_extra=cli_group("schedule"))
     eval_at_tokens: list[int] = Field(default_factory=list, description="extra evals, at the "
-                                      "first step reaching each of these token counts")
-    eval_at_start: bool = Field(True, description="evaluate the untrained drafter (step 0)")
+                                      "first step reaching each of these token counts",
+                                      json_schema_extra=cli_group("schedule"))
+    eval_at_start: bool = Field(True, description="evaluate the untrained drafter (step 0)",
+                                json_schema_extra=cli_group("schedule"))
     log_every: int = Field(1, description="steps between metrics lines (eval steps always "
-                           "log)")
+                           "log)", json_schema_extra=cli_group("schedule"))
     checkpoint_every: int = Field(0, description="steps between checkpoints (0 = only the "
-                                  "final one)")
-    keep_checkpoints: int = Field(2, description="newest step checkpoints kept")
-    seed: int = Field(0, description="model init and data order")
-    device: str = Field("auto", description="auto / cpu / cuda[:i]")
+                                  "final one)", json_schema_extra=cli_group("checkpoints"))
+    keep_checkpoints: int = Field(2, description="newest step checkpoints kept",
+                                  json_schema_extra=cli_group("checkpoints"))
+    seed: int = Field(0, description="model init and data order",
+                      json_schema_extra=cli_group("model"))
+    device: str = Field("auto", description="auto / cpu / cuda[:i]",
+                        json_schema_extra=cli_group("distributed"))
     cpu_threads: int = Field(0, description="torch threads on CPU (0: default; 1 helps on a "
-                             "CPU shared by jobs)")
+                             "CPU shared by jobs)", json_schema_extra=cli_group("distributed"))
     target: str | None = Field(None, description="target dir if it moved since extraction "
-                               "(hash-checked)")
+                               "(hash-checked)", json_schema_extra=cli_group("data"))
     init_from: str | None = Field(None, description="speculators drafter to fine-tune (must "
-                                  "match shards)")
+                                  "match shards)", json_schema_extra=cli_group("model"))
     resume: bool = Field(False, description="continue the run in `out` from its newest "
-                         "checkpoint")
+                         "checkpoint", json_schema_extra=cli_group("checkpoints"))
     stop_after_steps: int | None = Field(None, description="stop (as if killed) after this "
-                                         "step; for tests")
-    progress: bool = Field(True, description="tqdm bar")
+                                         "step; for tests", json_schema_extra=cli_group("schedule"))
+    progress: bool = Field(True, description="tqdm bar", json_schema_extra=cli_group("schedule"))
     # Many processes (torchrun; eagle3lab/train/distributed.py). One process: grad_accum only.
     grad_accum: int = Field(1, ge=1, description="micro-batches per rank per optimizer step "
-                            "(gradients accumulated)")
+                            "(gradients accumulated)", json_schema_extra=cli_group("optimiser"))
     fsdp: bool = Field(False, description="under torchrun: shard parameters, gradients and "
-                       "Adam state with FSDP2 instead of DDP")
+                       "Adam state with FSDP2 instead of DDP",
+                       json_schema_extra=cli_group("distributed"))
     dist_timeout: float = Field(300.0, gt=0, description="seconds a collective waits for the "
-                                "other ranks before the job fails (torchrun)")
+                                "other ranks before the job fails (torchrun)",
+                                json_schema_extra=cli_group("distributed"))
     data_workers: int = Field(-1, ge=-1, description="DataLoader processes that read and "
                               "collate the next steps while the device computes (-1: 2 on "
-                              "CUDA, 0 on CPU)")
+                              "CUDA, 0 on CPU)", json_schema_extra=cli_group("data"))
     grad_reduce_dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="under torchrun: dtype the gradients are averaged across ranks "
-        "in (bfloat16 halves the bytes; DDP's bf16 compress hook / FSDP2's reduce_dtype)")
+        "in (bfloat16 halves the bytes; DDP's bf16 compress hook / FSDP2's reduce_dtype)",
+        json_schema_extra=cli_group("distributed"))
 
 
 def check_train_overrides(overrides: dict[str, Any], where: str, *, reserved: set[str],

@@ -16,7 +16,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from eagle3lab.data.foreign import open_shards
 from eagle3lab.errors import UserError
+from eagle3lab.targets.adapter import config_sha256
 from eagle3lab.train.config import TrainConfig
 
 
@@ -179,9 +181,6 @@ def prepare_data(cfg: TrainConfig, *, verify: bool = True, verbose: bool = True)
     (train ShardSet, train PackedData, eval PackedData, eval note, d2t, t2d, target path).
     verbose=False: no printed note (ranks other than 0)."""
     from transformers import AutoConfig
-
-    from eagle3lab.data.foreign import open_shards
-    from eagle3lab.target.adapter import config_sha256
 
     shards = open_shards(cfg.data, verify=verify, data_format=cfg.data_format,
                          target=cfg.target)

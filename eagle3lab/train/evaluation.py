@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from eagle3lab.distributed import Ranks
 from eagle3lab.train import distributed
+from eagle3lab.train.counts import step_counts, summarize_counts
 from eagle3lab.train.data import PackedData
-from eagle3lab.train.metrics import step_counts, summarize_counts
 
 
 def evaluate(model, data: PackedData, *, ttt_steps: int, decay: float = 1.0,

@@ -30,15 +30,16 @@ from typing import Any
 from eagle3lab.distributed import Ranks, session
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, check_writable_dir
+from eagle3lab.targets.adapter import resolve_device
 from eagle3lab.train import distributed
-from eagle3lab.train.metrics import (METRIC_DEFINITIONS, count_keys, step_count_tensor,
-                                     summarize_counts)
 from eagle3lab.train.checkpoints import (RUN_FORMAT, RUN_VERSION, list_checkpoints, load_checkpoint,
                           read_run, save_checkpoint, save_final, truncate_metrics, versions)
 from eagle3lab.train.config import ENGINE_PROFILES, TrainConfig, check_resume_settings
+from eagle3lab.train.counts import (METRIC_DEFINITIONS, count_keys, step_count_tensor,
+                                    summarize_counts)
 from eagle3lab.train.data import PackedData, compare_identity, prepare_data, shard_identity
-from eagle3lab.train.drafter import build_drafter, init_from, match_final_state
 from eagle3lab.train.evaluation import evaluate
+from eagle3lab.train.model import build_drafter, init_from, match_final_state
 from eagle3lab.workdir import FINAL
 
 
@@ -142,8 +143,6 @@ def train_run(cfg: TrainConfig, *, verify: bool = True) -> dict[str, Any]:
 
 
 def _train_run(cfg: TrainConfig, verify: bool) -> dict[str, Any]:
-    from eagle3lab.target.adapter import resolve_device
-
     distributed.check_launch(fsdp=cfg.fsdp)
     with session(device=resolve_device(cfg.device), timeout=cfg.dist_timeout) as d:
         d = distributed.with_health_group(d)

@@ -87,6 +87,38 @@ def test_train_help_explains_every_trainconfig_field(capsys):
     assert not hasattr(args, "epochs")  # unset options fall back to --config, then defaults
 
 
+def test_train_help_groups_its_options_and_words_the_profiles(capsys):
+    """`train --help` lists each TrainConfig field under the group it names (data, model,
+    optimiser, schedule, checkpoints, distributed) and says ENGINE_PROFILES in words, not
+    as a JSON dict."""
+    from eagle3lab.train import ENGINE_PROFILES, TrainConfig
+    from eagle3lab.train.config import OPTION_GROUPS
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    head, body = capsys.readouterr().out.split("\noptions:\n")
+    sections, title = {"options": ""}, "options"
+    for line in body.splitlines():
+        if line and not line[0].isspace() and line.endswith(":"):
+            title = line[:-1]
+        else:
+            sections[title] = sections.get(title, "") + line + "\n"
+    assert list(sections) == ["options", *OPTION_GROUPS]
+    for name, field in TrainConfig.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        assert [t for t, text in sections.items() if f"  {flag} " in text or
+                f"  {flag}," in text or f"  {flag}\n" in text] == \
+            [field.json_schema_extra["group"]], name
+    description = head.split("\n\n")[1]
+    assert "{" not in description and "true" not in description.lower()
+    flat = " ".join(description.split())
+    for engine, flags in ENGINE_PROFILES.items():
+        said = flat.split(f"{engine} sets ")[1].split(";")[0]
+        on, _, off = said.partition("(")
+        for flag, value in flags.items():
+            assert flag in (on if value else off), (engine, flag)
+
+
 def test_bad_input_is_one_paragraph_and_exit_1(tmp_path, capsys):
     rc = main(["extract", "--conversations", str(tmp_path / "missing.jsonl"),
                "--out", str(tmp_path / "s"), "--target", str(tmp_path / "nope")])

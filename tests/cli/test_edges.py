@@ -310,3 +310,22 @@ def test_the_installed_command_exits_2_without_a_traceback(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith("eagle3lab vocab: unexpected error: KeyError: 'samples'")
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_reader_that_leaves_early_is_not_an_error():
+    """`eagle3lab logs LOG | head -1`: a command printing many lines whose reader closes the
+    pipe after one line exits 0 through `cli.guarded`, without an 'unexpected error:
+    BrokenPipeError' line."""
+    import subprocess
+    import sys
+
+    body = ("import sys; from eagle3lab.cli import guarded\n"
+            "def chatty():\n    for i in range(200000):\n        print('line', i)\n"
+            "sys.exit(guarded('eagle3lab logs', chatty, debug=False, debug_hint=''))\n")
+    proc = subprocess.Popen([sys.executable, "-c", body], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"line 0\n"
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "BrokenPipeError" not in err and "unexpected error" not in err, err

@@ -181,10 +181,10 @@ def test_batches_that_keep_nothing_are_not_resampled(tiny_target, tmp_path):
 
 
 def test_cli_self_prompt(scripted, exclude_file, tmp_path, monkeypatch, capsys):
-    import eagle3lab.target.adapter
+    import eagle3lab.targets.adapter
     from eagle3lab.cli import main
 
-    monkeypatch.setattr(eagle3lab.target.adapter, "load_target", lambda *a, **k: scripted)
+    monkeypatch.setattr(eagle3lab.targets.adapter, "load_target", lambda *a, **k: scripted)
     out = tmp_path / "p.jsonl"
     rc = main(["self-prompt", "--out", str(out), "--n", "5", "--batch-size", "8",
                "--exclude", str(exclude_file), "--no-progress"])

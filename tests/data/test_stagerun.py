@@ -144,7 +144,7 @@ def test_parts_of_a_killed_run_are_merged_not_answered_again(tiny_target, prompt
 
 
 def test_device_map_target_gives_the_same_states(tiny_target, tiny_target_dir, tmp_path):
-    from eagle3lab.target.adapter import load_target
+    from eagle3lab.targets.adapter import load_target
 
     mapped = load_target(str(tiny_target_dir), device_map="auto")
     ids = torch.tensor([[1, 5, 9, 200, 31, 7]])

@@ -19,7 +19,7 @@ from eagle3lab.cli import main as cli
 from eagle3lab.errors import UserError
 from eagle3lab.formats.convert import convert_checkpoint
 from eagle3lab.formats.detect import parse_draft_config
-from eagle3lab.formats.inspect import inspect_checkpoint
+from eagle3lab.formats.doctor import inspect_checkpoint
 from eagle3lab.formats.locate import locate_checkpoint, speculators_epochs
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -154,18 +154,37 @@ def test_specforge_step_checkpoints_are_refused_with_the_export_command(foreign,
         convert_checkpoint(step, tmp_path / "x", to="speculators")
 
 
-def test_accept_runs_on_exports_and_epochs(tiny_target_dir, tmp_path):
+#: The shipped drafter: trained, so it is accepted (measured on the prompt below: tau 2.29;
+#: 1.45 through a loader that leaves its decoder layer at fresh initialisation).
+SHIPPED = Path(__file__).resolve().parents[2] / "data" / "drafters" / "smollm2-135m-instruct"
+
+
+@pytest.mark.real
+def test_accept_runs_on_exports_and_epochs(default_target_dir, real_target, tmp_path):
     """Offline acceptance takes a SpecForge export and a speculators save_path directly;
-    the same weights (bf16) give the same accept length either way."""
-    from eagle3lab.formats.demo import make_speculators_draft
+    the shipped drafter's weights give the same accept length either way, and the same as
+    the shipped drafter itself. A drafter that is accepted (tau well above 1) first: an
+    untrained one gives ~1.0 through any loader, even one that drops the decoder layer."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from eagle3lab.formats.targetinfo import target_tensor
     from eagle3lab.specdec.accept import Arm, measure_acceptance
 
-    spec = make_speculators_draft(tmp_path / "spec", target=tiny_target_dir, draft_vocab=512)
+    spec = tmp_path / "spec"  # shipped without embedding; an epoch of its run holds one
+    spec.mkdir()
+    shutil.copy(SHIPPED / "config.json", spec)
+    state = load_file(str(SHIPPED / "model.safetensors"))
+    state["embed_tokens.weight"] = target_tensor(default_target_dir, "embed").contiguous()
+    save_file(state, str(spec / "model.safetensors"))
     save = save_speculators_epochs(spec, tmp_path / "save", epochs=1, best=0)
     sf = export(draft_state_from_speculators(save / "0"), tmp_path / "sf",
-                target_dir=tiny_target_dir)
-    r = measure_acceptance(target=str(tiny_target_dir), limit=1, max_new_tokens=8, steps=3,
-                           arms=[Arm("specforge", str(sf)), Arm("speculators", str(save))],
-                           progress=False)
+                target_dir=default_target_dir)
+    r = measure_acceptance(target=real_target, limit=1, max_new_tokens=16, steps=3,
+                           arms=[Arm("shipped", str(SHIPPED)), Arm("specforge", str(sf)),
+                                 Arm("speculators", str(save))], progress=False)
     taus = {a["name"]: a["stats"]["tau"] for a in r["arms"]}
-    assert taus["specforge"] == taus["speculators"] >= 1.0, taus
+    assert taus["shipped"] > 1.5, taus  # accepted: the equality below can fail
+    assert taus["specforge"] == taus["speculators"] == taus["shipped"], taus
+    assert all(a["matches_plain"] == 1 for a in r["arms"]), "exact greedy output"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from eagle3lab.formats.profiles import SGLANG, SGLANG_0523
-from eagle3lab.target.auxlayers import capture_to_ids, default_capture_points, ids_to_capture
+from eagle3lab.targets.auxlayers import capture_to_ids, default_capture_points, ids_to_capture
 
 SPEC = importlib.util.find_spec("sglang")
 pytestmark = pytest.mark.skipif(SPEC is None, reason="sglang is not installed "

@@ -10,7 +10,7 @@ import json
 import torch
 
 from eagle3lab.formats.detect import parse_draft_config, read_sidecar
-from eagle3lab.formats.inspect import inspect_checkpoint
+from eagle3lab.formats.doctor import inspect_checkpoint
 from eagle3lab.formats.load_as import load_as
 from eagle3lab.formats.profiles import get_profile
 from eagle3lab.formats.schema import applies, num_aux, vllm_view

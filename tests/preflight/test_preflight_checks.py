@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from pfutil import copy_draft, hub_cache, sglang_cmd, target_like, vllm_cmd
+from planted import planted_problems, plants
 from testutil import edit_config, edit_state
 
 from eagle3lab.formats.findings import CODES, LAUNCH_CODES
@@ -36,6 +37,7 @@ def test_clean_launches_pass_on_each_engine(pf):
 
 # --- aux-capture -----------------------------------------------------------------------
 
+@plants("aux-capture")
 def test_aux_capture_glm4_target_on_sglang_0523_refuses_and_older_serves_single_layer(
         pf, tmp_path):
     glm = target_like(pf, tmp_path / "glm4", architectures=["Glm4ForCausalLM"])
@@ -48,6 +50,7 @@ def test_aux_capture_glm4_target_on_sglang_0523_refuses_and_older_serves_single_
     assert f.severity == "error" and "accept length ~1.00" in f.message
 
 
+@plants("aux-capture")
 def test_aux_capture_unknown_class_is_a_warning_not_a_pass(pf, tmp_path):
     odd = target_like(pf, tmp_path / "odd", architectures=["NoSuchModelForCausalLM"])
     [f] = by_code(run(sglang_cmd(odd, pf["sglang"]), engine_version="0.5.23"), "aux-capture")
@@ -71,6 +74,7 @@ def test_multimodal_targets_with_text_config(pf, tmp_path, arch):
 
 # --- the motivating case ----------------------------------------------------------------
 
+@plants("aux-capture")
 def test_kimi_k25_case_names_both_failures(pf, tmp_path):
     """Kimi-K2.5 target (text_config), a speculators drafter, SGLang before the multi-layer
     loader, tp 8, S=3 K=4 D=5: the dropped layers.0.* keys AND the missing aux capture."""
@@ -101,6 +105,7 @@ def test_kimi_k25_case_names_both_failures(pf, tmp_path):
 
 # --- draft-tokens, tp-heads, context-length, launch-dtype, vocab ------------------------
 
+@plants("draft-tokens")
 def test_draft_tokens_chain_override_and_tree_bounds(pf):
     [f] = by_code(run(sglang_cmd(pf["target"], pf["sglang"], steps=3, topk=1, draft_tokens=5)),
                   "draft-tokens")
@@ -110,6 +115,7 @@ def test_draft_tokens_chain_override_and_tree_bounds(pf):
     assert f.severity == "error" and f.expected == [2, 13]
 
 
+@plants("tp-heads")
 def test_tp_heads(pf):
     r = run(sglang_cmd(pf["target"], pf["sglang"], "--tp-size", "3"))
     fs = by_code(r, "tp-heads")
@@ -119,6 +125,7 @@ def test_tp_heads(pf):
     assert not by_code(r, "tp-heads")
 
 
+@plants("context-length")
 def test_context_length(pf, tmp_path):
     r = run(sglang_cmd(pf["target"], pf["sglang"], "--context-length", "100000"))
     assert any(f.severity == "error" for f in by_code(r, "context-length"))
@@ -131,6 +138,7 @@ def test_context_length(pf, tmp_path):
     assert v.spec["context_length"] == 1000 and by_code(v, "context-length")
 
 
+@plants("launch-dtype")
 def test_launch_dtype(pf, tmp_path):
     bf16 = edit_config(copy_draft(pf, "sglang", tmp_path / "bf16"),
                        lambda c: (c.update(dtype="bfloat16"), c.pop("torch_dtype", None)))
@@ -150,6 +158,7 @@ def test_draft_vocab_larger_than_target(pf, tmp_path):
 
 # --- startup-warning, launch-command, unresolved ----------------------------------------
 
+@plants("startup-warning")
 def test_startup_warnings_explained_from_the_log_catalogue(pf):
     r = run(sglang_cmd(pf["target"], pf["sglang"], "--disable-cuda-graph", steps=3, topk=1,
                        draft_tokens=6))
@@ -165,6 +174,7 @@ def test_startup_warnings_explained_from_the_log_catalogue(pf):
     assert {f.found for f in by_code(quiet, "startup-warning")} == {"generation-config-missing"}
 
 
+@plants("launch-command")
 def test_launch_command_findings(pf):
     eagle2 = sglang_cmd(pf["target"], pf["sglang"])
     eagle2[eagle2.index("EAGLE3")] = "EAGLE"
@@ -182,6 +192,7 @@ def test_launch_command_findings(pf):
         refused, "launch-command")[0].message
 
 
+@plants("unresolved")
 def test_unresolved_hub_ids_and_the_local_cache(pf, tmp_path, monkeypatch):
     """Known bug A: hub ids that are not in the local cache were reported "OK". Now the
     launch is NOT JUDGED (a warning each, `judged` False, exit 2); `ok` stays True (no
@@ -208,6 +219,7 @@ def test_unresolved_hub_ids_and_the_local_cache(pf, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("given", ["/definitely/not/here", "./not-here", "../not-here",
                                    "~/not-here-eagle3lab", "org/name/extra"])
+@plants("model-path")
 def test_model_path_a_local_looking_drafter_that_does_not_exist_is_an_error(pf, given):
     """Known bug B: the engine takes such a name for a hub id, which it is not, and fails to
     start: an error (exit 1), not a warning."""
@@ -219,6 +231,7 @@ def test_model_path_a_local_looking_drafter_that_does_not_exist_is_an_error(pf, 
         assert r.verdict == "not ok" and r.exit_code == 1
 
 
+@plants("model-path")
 def test_model_path_target_missing_file_or_without_config(pf, tmp_path):
     missing = run(vllm_cmd(tmp_path / "no-such-target", pf["spec"]))
     [f] = by_code(missing, "model-path")
@@ -305,13 +318,13 @@ def test_specforge_default_ids_vs_speculators_ids(pf, tmp_path):
 
 
 def test_every_launch_code_has_a_planted_fault_test_and_a_fix():
-    import inspect as pyinspect
+    """Each launch code has a fix, and maps to the tests marked @plants(code), which check
+    a finding with it (tests/planted.py)."""
     import sys
 
-    src = pyinspect.getsource(sys.modules[__name__])
     for code in LAUNCH_CODES:
         assert code in CODES and CODES[code][1], code
-        assert f'"{code}"' in src, code
+    assert planted_problems(sys.modules[__name__], LAUNCH_CODES) == []
 
 
 def test_t2d_missing_on_vllm_is_not_an_error(pf, tmp_path):

@@ -9,7 +9,7 @@ import json
 import pytest
 from pfutil import sglang_cmd
 
-from eagle3lab.formats.inspect import inspect_checkpoint
+from eagle3lab.formats.doctor import inspect_checkpoint
 from eagle3lab.preflight.run import preflight
 
 H, NH, QL, KVL, NOPE, ROPE, V, I = 64, 4, 32, 16, 8, 4, 8, 128

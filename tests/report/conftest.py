@@ -37,7 +37,9 @@ def tiny_params(work_dir: Path, target: Path) -> dict:
                           "engine": "static", "batch_size": 2},
         "04_live_server": {"prompt_count": 2, "steps": 2, "silence_s": 60.0,
                            "startup_timeout_s": 180.0},
-        "06_grokking_vs_data": {"data_fractions": [1.0, 0.5], "seeds": [0, 1],
+        # 06: one seed per arm (2 runs, half the study's time); the standalone demo test
+        # (tests/train/test_notebooks_training.py) runs 2 seeds and the seed-spread verdict
+        "06_grokking_vs_data": {"data_fractions": [1.0, 0.5], "seeds": [0],
                                 "budget_epochs": 1.0, "epoch_multipliers": [1.0],
                                 "max_tokens_per_batch": 256},
     }

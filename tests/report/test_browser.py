@@ -19,7 +19,7 @@ import pytest
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
-    pytest.mark.real, pytest.mark.slow,
+    pytest.mark.real, pytest.mark.slow, pytest.mark.full,
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: "
                        "apt-get install chromium; .ci/run installs it)"),
 ]

@@ -85,10 +85,11 @@ def test_plain_and_last_layer_features_equal_eager(tiny_target, tiny_draft):
 
 @pytest.mark.real
 def test_shipped_drafter_on_the_real_target_equals_eager(real_target):
-    """High acceptance (tau ~2): multi-token acceptance, ragged rows, refills, stops."""
+    """High acceptance (tau ~2): multi-token acceptance, ragged rows, refills, stops; a
+    chain and the widest tree (the tiny tests above cover the narrower tree, 3 x 6)."""
     draft = default_drafter("smollm2-135m-instruct")
     prompts = _prompts(real_target, 3)
-    for steps, topk, d in [(3, 1, None), (3, 3, 6), (4, 4, 12)]:
+    for steps, topk, d in [(3, 1, None), (4, 4, 12)]:
         eager = load_engine(target=real_target, draft=draft, steps=steps, topk=topk,
                             draft_tokens=d)
         old = [eager.generate(p, max_new_tokens=20) for p in prompts]
@@ -146,7 +147,7 @@ def test_engine_choice_and_refusals(tiny_target, tiny_draft):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (device tool)")
 def test_cuda_graphs_equal_eager_on_gpu(tiny_target_dir, tmp_path):
     """On a GPU in fp32: captured steps give the eager engine's outputs and counts."""
-    from eagle3lab.target.adapter import load_target
+    from eagle3lab.targets.adapter import load_target
 
     tgt = load_target(str(tiny_target_dir), device="cuda")
     draft = make_speculators_draft(tmp_path / "d", target=tiny_target_dir, draft_vocab=512)

@@ -35,7 +35,7 @@ def test_shipped_drafter_is_intact_and_small():
 
 @pytest.mark.real
 def test_shipped_drafter_passes_the_doctor(default_target_dir):
-    from eagle3lab.formats.inspect import inspect_checkpoint
+    from eagle3lab.formats.doctor import inspect_checkpoint
 
     report = inspect_checkpoint(DRAFTER, target=str(default_target_dir), engine="vllm")
     assert report.ok, report.to_json()
@@ -44,6 +44,7 @@ def test_shipped_drafter_passes_the_doctor(default_target_dir):
 
 @pytest.mark.real
 @pytest.mark.slow
+@pytest.mark.full
 def test_tau_floor_and_failure_collapse(default_target_dir, real_target, tmp_path):
     from eagle3lab.specdec.failures import sglang_config_speculators_keys
 

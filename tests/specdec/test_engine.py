@@ -10,10 +10,10 @@ import torch
 from eagle3lab.errors import UserError
 from eagle3lab.data.prompts import chat_prompt_ids
 from eagle3lab.formats.demo import make_speculators_draft
+from eagle3lab.specdec.drafting import Drafter
 from eagle3lab.specdec.engine import SpecEngine
 from eagle3lab.specdec.load import load_engine
 from eagle3lab.specdec.plain import PlainEngine
-from eagle3lab.specdec.drafter import Drafter
 from oracle import OracleDrafter, random_drafter
 
 SETTINGS = [(3, 1, None), (5, 1, None), (4, 3, 10)]  # (steps, topk, draft_tokens)
@@ -46,13 +46,20 @@ def test_greedy_output_equals_plain_with_oracle(real_target, greedy_case, steps,
         assert 1.0 < r.accept_length < steps + 1
 
 
+@pytest.fixture(scope="module")
+def untrained_real_draft(real_target, tmp_path_factory):
+    """An untrained speculators drafter for the real target, written once for the chain and
+    the tree setting (loading it does not change it)."""
+    return make_speculators_draft(tmp_path_factory.mktemp("draft") / "d",
+                                  target=real_target.path, draft_vocab=4096, seed=1)
+
+
 @pytest.mark.real
 @pytest.mark.parametrize("steps,topk,draft_tokens", [(3, 1, None), (3, 3, 7)])
 def test_greedy_output_equals_plain_with_real_drafter(real_target, greedy_case, steps, topk,
-                                                      draft_tokens, tmp_path):
+                                                      draft_tokens, untrained_real_draft):
     ids, plain = greedy_case
-    draft = make_speculators_draft(tmp_path / "d", target=real_target.path, draft_vocab=4096,
-                                   seed=1)
+    draft = untrained_real_draft
     eng = load_engine(target=real_target, draft=draft, steps=steps, topk=topk,
                       draft_tokens=draft_tokens)
     r = eng.generate(ids, max_new_tokens=24)
@@ -88,7 +95,7 @@ def _tiny_vocab_target(vocab=12, seed=3):
     """A 12-token Llama in memory (no tokenizer: the test feeds token ids)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from eagle3lab.target.adapter import Target
+    from eagle3lab.targets.adapter import Target
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,

@@ -70,7 +70,7 @@ def test_on_a_real_run_the_boundary_is_tight(trained_run, metric, window, thresh
     """On the curves of a real training run the rule holds exactly: from the detected start
     on, no window gains more than the threshold, and the window just before does (else the
     plateau would start earlier); without a plateau, the last window still gains."""
-    from eagle3lab.train.metrics import read_metrics
+    from eagle3lab.train.counts import read_metrics
 
     df = read_metrics(trained_run)
     p = detect_plateau(df, metric, window=window, threshold=threshold, smooth=smooth)

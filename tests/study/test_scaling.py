@@ -83,8 +83,8 @@ def test_evaluate_drafter_reproduces_a_runs_own_final_eval(real_study, real_data
     raw counts exactly, and eval_columns gives read_metrics' columns for it."""
     import pytest as pt
 
-    from eagle3lab.train.metrics import read_metrics
     from eagle3lab.study.scaling import eval_columns, evaluate_drafter, study_eval_split
+    from eagle3lab.train.counts import read_metrics
 
     run = real_study / "runs" / "frac1-wd0.01-seed0"
     split = study_eval_split(real_study)
@@ -166,6 +166,7 @@ def test_large_data_arm_defaults_to_the_shipped_drafter(real_study, real_data):
 
 
 @pytest.mark.slow
+@pytest.mark.full
 def test_notebook_06_real_shards_runs_the_large_data_section(real_study, real_data, tmp_path):
     """Real mode (explicit shards): the study's runs are found finished, and the new section
     evaluates the shipped drafter, tabulates, plots and prints the data-scale verdict."""

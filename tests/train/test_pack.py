@@ -52,7 +52,7 @@ def test_packed_drafter_loads_with_the_target_embedding(packed, sharp_target_dir
 
 
 def test_packed_drafter_passes_the_doctor(packed, sharp_target_dir):
-    from eagle3lab.formats.inspect import inspect_checkpoint
+    from eagle3lab.formats.doctor import inspect_checkpoint
 
     report = inspect_checkpoint(packed[1], target=str(sharp_target_dir), engine="vllm")
     assert report.ok, report.to_json()

@@ -20,7 +20,7 @@ def test_foreign_sets_train_the_same_drafter(tmp_path, sharp_data, sharp_target_
     from safetensors.torch import load_file
 
     from eagle3lab.cli import main
-    from eagle3lab.formats.inspect import inspect_checkpoint
+    from eagle3lab.formats.doctor import inspect_checkpoint
     from eagle3lab.specdec.accept import Arm, measure_acceptance
     from eagle3lab.train import train
 

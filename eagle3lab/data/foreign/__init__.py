@@ -14,6 +14,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from eagle3lab.data.foreign import specforge, speculators
+from eagle3lab.data.foreign.specforge import SpecForgeSet
+from eagle3lab.data.foreign.speculators import SpeculatorsSet
+from eagle3lab.data.shards import MANIFEST, ShardSet
 from eagle3lab.errors import UserError
 
 DATA_FORMATS = ("auto", "eagle3lab", "specforge", "speculators")
@@ -22,9 +26,6 @@ DATA_FORMATS = ("auto", "eagle3lab", "specforge", "speculators")
 def detect_data_format(path: str | os.PathLike) -> str:
     """'eagle3lab' (manifest.json), 'specforge' (rows_*/data_*.ckpt[.gz]) or
     'speculators' (a saved dataset + hidden_states/hs_*.safetensors)."""
-    from eagle3lab.data.foreign import specforge, speculators
-    from eagle3lab.data.shards import MANIFEST
-
     p = Path(path)
     if not p.is_dir():
         raise UserError(f"Data directory {str(p)!r} does not exist: --data takes a shard set "
@@ -48,8 +49,6 @@ def open_shards(path: str | os.PathLike, *, verify: bool = False, data_format: s
     """A ShardSet over `path` in any supported format. For a foreign set, target / aux_ids
     (+ aux_convention: default the tool's own) are needed the first time, then recorded in
     its eagle3lab.manifest.json; for our own shards they must be left out."""
-    from eagle3lab.data.shards import ShardSet
-
     if data_format not in DATA_FORMATS:
         raise UserError(f"Unknown data format {data_format!r}; use one of "
                         f"{', '.join(DATA_FORMATS)}.")
@@ -59,8 +58,6 @@ def open_shards(path: str | os.PathLike, *, verify: bool = False, data_format: s
             raise UserError(f"{path} is an eagle3lab shard set: its aux layers are recorded "
                             f"in its manifest; drop --aux-ids.")
         return ShardSet(path, verify=verify)
-    from eagle3lab.data.foreign.specforge import SpecForgeSet
-    from eagle3lab.data.foreign.speculators import SpeculatorsSet
 
     cls = {"specforge": SpecForgeSet, "speculators": SpeculatorsSet}[fmt]
     return cls(path, verify=verify, target=target, aux_ids=aux_ids,

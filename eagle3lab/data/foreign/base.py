@@ -14,7 +14,7 @@ Prevents three silent failures of training on data eagle3lab did not extract:
 - targets computed from the wrong final state: `final_state` records whether the set's
   final state is the input of the target's final norm (speculators, us) or its output
   (SpecForge); training then drops the drafter's verifier norm for a normed set
-  (`eagle3lab.train.drafter.match_final_state`).
+  (`eagle3lab.train.model.match_final_state`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from eagle3lab import __version__
+from eagle3lab.config import TARGET_PRESETS
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, read_json_object
 from eagle3lab.data.shards import ShardSet
-from eagle3lab.target.auxlayers import resolve_aux_layers
+from eagle3lab.targets.adapter import config_sha256, resolve_target_path
+from eagle3lab.targets.auxlayers import resolve_aux_layers
 
 SIDECAR = "eagle3lab.manifest.json"
 SIDECAR_FORMAT = "eagle3lab-foreign-data"
@@ -43,9 +45,6 @@ FINAL_STATES = {"pre_norm": "input of the target's final norm (speculators' and 
 def target_record(target: str) -> dict[str, Any]:
     """What the manifest records about the target, from its config alone (no weights)."""
     from transformers import AutoConfig
-
-    from eagle3lab.config import TARGET_PRESETS
-    from eagle3lab.target.adapter import config_sha256, resolve_target_path
 
     path = resolve_target_path(target)
     try:

@@ -36,6 +36,7 @@ import os
 import re
 from pathlib import Path
 
+from eagle3lab.data.foreign.specforge import safe_load
 from eagle3lab.errors import UserError
 from eagle3lab.data.foreign.base import ForeignSet
 
@@ -152,8 +153,6 @@ class SpeculatorsSet(ForeignSet):
     def recorded_counts(self):
         """speculators' token_freq.pt as counts (int64 [target vocab]), or None."""
         import torch
-
-        from eagle3lab.data.foreign.specforge import safe_load
 
         p = self.path / TOKEN_FREQ
         if not p.is_file():

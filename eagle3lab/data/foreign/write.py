@@ -20,6 +20,11 @@ import gzip
 import os
 from pathlib import Path
 
+from eagle3lab.data.foreign import detect_data_format
+from eagle3lab.data.shards import ShardSet
+from eagle3lab.errors import UserError
+from eagle3lab.targets.adapter import resolve_target_path
+
 
 def final_norm(target_dir):
     """The target's own final norm module (fp32), to make SGLang's normed final state."""
@@ -36,8 +41,6 @@ def to_specforge(shards_dir, out, target_dir, *, compress: bool = False,
     final state normed by the target's final norm, as SGLang hands it to the logits
     processor)."""
     import torch
-
-    from eagle3lab.data.shards import ShardSet
 
     s = ShardSet(shards_dir)
     norm = final_norm(target_dir)
@@ -74,8 +77,6 @@ def to_speculators(shards_dir, out, target_dir) -> Path:
     from speculators.train.vocab_mapping import save_token_frequency_distribution
     from transformers import AutoTokenizer
 
-    from eagle3lab.data.shards import ShardSet
-
     s = ShardSet(shards_dir)
     out = Path(out)
     rows = [s[i] for i in range(len(s))]
@@ -104,10 +105,6 @@ def write_as(tool: str, *, shards: str | os.PathLike, out: str | os.PathLike,
              target: str | os.PathLike) -> Path:
     """`shards` (an eagle3lab shard set made from `target`) written in `tool`'s layout under
     `out` (reused when it already holds that tool's set)."""
-    from eagle3lab.data.foreign import detect_data_format
-    from eagle3lab.errors import UserError
-    from eagle3lab.target.adapter import resolve_target_path
-
     if tool not in WRITERS:
         raise UserError(f"Cannot write a {tool!r} set; use one of {', '.join(WRITERS)}.")
     out = Path(out)

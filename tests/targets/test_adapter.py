@@ -1,0 +1,66 @@
+"""Hook capture against output_hidden_states, and load errors (aux-layer resolution:
+test_auxlayers.py)."""
+
+import pytest
+import torch
+
+from eagle3lab.errors import UserError
+from eagle3lab.targets.adapter import load_target
+
+
+def test_missing_target_path(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        load_target(str(tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="no config.json"):
+        load_target(str(tmp_path / "empty"))
+
+
+def test_unreadable_target_weights(tmp_path, tiny_target_dir):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_target_dir, bad)
+    (bad / "model.safetensors").write_bytes(b"\x00" * 16)
+    with pytest.raises(UserError, match="Could not load the target"):
+        load_target(str(bad))
+
+
+def _check_capture(tgt, aux):
+    tok = tgt.tokenizer
+    ids = tok("Speculative decoding drafts tokens that the target verifies.",
+              return_tensors="pt").input_ids
+    fused, last = tgt.features(ids, None, aux)
+    with torch.no_grad():
+        hs = tgt.model(ids, output_hidden_states=True).hidden_states
+    H = tgt.hidden_size
+    assert fused.shape == (1, ids.shape[1], len(aux.capture_points) * H)
+    for j, p in enumerate(aux.capture_points):
+        assert torch.equal(fused[..., j * H:(j + 1) * H], hs[p]), f"capture point {p}"
+    # `last` is the final norm's INPUT; HF's hidden_states[-1] is already normed.
+    assert torch.equal(tgt.model.model.norm(last), hs[-1])
+    assert not torch.equal(last, hs[-1])
+
+
+def test_capture_matches_output_hidden_states_tiny(tiny_target):
+    _check_capture(tiny_target, tiny_target.aux_layers())
+    _check_capture(tiny_target, tiny_target.aux_layers([0, 3, 6], "sglang"))
+
+
+@pytest.mark.real
+def test_capture_matches_output_hidden_states_real(real_target):
+    tgt = real_target
+    assert (tgt.num_layers, tgt.hidden_size, tgt.vocab_size) == (30, 576, 49152)
+    assert "<|im_start|>" in tgt.chat_template
+    aux = tgt.aux_layers()
+    assert list(aux.capture_points) == [2, 15, 27]
+    _check_capture(tgt, aux)
+    _check_capture(tgt, tgt.aux_layers([3, 10, 20], "vllm"))
+
+
+def test_hooks_are_removed(tiny_target):
+    aux = tiny_target.aux_layers()
+    tiny_target.features(torch.tensor([[1, 2, 3]]), None, aux)
+    for layer in tiny_target.model.model.layers:
+        assert not layer._forward_pre_hooks
+    assert not tiny_target.model.model.norm._forward_pre_hooks

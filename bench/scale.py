@@ -29,7 +29,6 @@ import os
 import random
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -66,12 +65,6 @@ def bench_train():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- one measured run: this script as a worker, under torchrun when N > 1 ---------------
@@ -177,6 +170,8 @@ def launch(work: Path, name: str, nproc: int, *, argv: list[str] | None = None,
     path.write_text(json.dumps(spec))
     for old in work.glob(f"{name}.rank*.json"):
         old.unlink()
+    from eagle3lab.distributed import free_port
+
     run = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
            "--master-port", str(free_port())] if nproc > 1 else [sys.executable, "-P"]
     shown = (["torchrun", "--nproc-per-node", str(nproc), "-m", "eagle3lab"] if nproc > 1

@@ -257,11 +257,13 @@ def report(e: UserError) -> tuple[bool, float]:
 
 # --- ranks forked from this process (tests and the --tiny benchmark) ----------------------
 
-def _free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` now (the OS picks it; a wildcard or "localhost" host is
+    probed on the loopback): torchrun's master port, a server's --port."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host if host not in ("0.0.0.0", "localhost") else "127.0.0.1", 0))
         return s.getsockname()[1]
 
 
@@ -316,7 +318,7 @@ def fork_ranks(fn: Callable[[int], Any], *, world: int = 2, env: dict[str, str] 
 
     sys.stdout.flush()  # else a buffered line is printed again by every forked rank
     sys.stderr.flush()
-    ctx = mp.start_processes(_forked_rank, args=(world, _free_port(), dict(env or {}),
+    ctx = mp.start_processes(_forked_rank, args=(world, free_port(), dict(env or {}),
                                                  torchrun_vars, logs, fn),
                              nprocs=world, start_method="fork", join=False)
     deadline = None if limit_s is None else time.monotonic() + limit_s

@@ -10,8 +10,7 @@ the others (`import eagle3lab.x`, `from eagle3lab.x import y`, relative imports,
 2. no module imports a module of a higher layer (`LAYERS`, lowest first),
 3. an own-module import inside a function needs a reason: the module it imports is heavy
    (loads torch, transformers, ... when imported, directly or through the modules it
-   imports at its top), or the line says `# lazy: <reason>`. Counted and reported (a
-   warning) until `ENFORCE_LAZY` is set; malformed `# lazy:` comments fail already.
+   imports at its top), the line says `# lazy: <reason>`, or its package is in `LAZY_OK`.
 4. the modules run as stand-alone scripts in another interpreter import the standard
    library only.
 
@@ -25,7 +24,6 @@ import ast
 import dataclasses
 import re
 import sys
-import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -75,9 +73,6 @@ LAZY_OK: dict[str, str] = {
     "eagle3lab.cli": "the CLI imports only the command it runs, so `eagle3lab --help` and "
                      "each command start fast",
 }
-
-#: Step 3 fails instead of warning once the function-level imports are hoisted (phase 2).
-ENFORCE_LAZY = True
 
 LAZY_COMMENT = re.compile(r"#\s*lazy\s*:(.*)$")
 
@@ -384,12 +379,8 @@ def test_function_level_imports_have_a_reason():
     assert not stray, f"`# lazy:` on an import that is not inside a function: {stray}"
     _, bad = lazy_imports(graph)
     report = "\n".join(f"  {e.where(graph.root)}: {e.dst}" for e in bad)
-    if ENFORCE_LAZY:
-        assert not bad, (f"{len(bad)} own-module import(s) inside functions without a reason "
-                         f"(import it at the top, or say `# lazy: why`):\n{report}")
-    elif bad:
-        warnings.warn(f"{len(bad)} own-module import(s) inside functions have no reason "
-                      f"(tests/test_layers.py ENFORCE_LAZY: to be hoisted)", stacklevel=1)
+    assert not bad, (f"{len(bad)} own-module import(s) inside functions without a reason "
+                     f"(import it at the top, or say `# lazy: why`):\n{report}")
 
 
 def test_standalone_scripts_import_the_standard_library_only():

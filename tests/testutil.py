@@ -52,14 +52,6 @@ def write_conversations(path: Path, tokenizer, n: int = 10, seed: int = 0) -> Pa
     return path
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def fork_ranks(fn, *, world: int = 2, env: dict | None = None, limit_s: float = 120,
                stop_when=None) -> None:
     """`eagle3lab.distributed.fork_ranks` with a test's time limit: the ranks of a torchrun
@@ -79,6 +71,8 @@ def torchrun(nproc: int, *args, module: str | None = "eagle3lab", timeout: float
     import os
     import subprocess
     import sys
+
+    from eagle3lab.distributed import free_port
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
            "--master-port", str(free_port()), *(["-m", "--", module] if module else ["--"]),

@@ -74,7 +74,7 @@ def run(args) -> int:
             from eagle3lab.specdec.failures import sglang_config_speculators_keys
             from eagle3lab.targets.adapter import resolve_target_path
 
-            bad = sglang_config_speculators_keys(draft, f"{tmp}/keys-mismatch",
+            bad = sglang_config_speculators_keys(drafter.path, f"{tmp}/keys-mismatch",
                                                  target=resolve_target_path(args.target))
             arms += [Arm("last_layer features", drafter, "last_layer"),
                      Arm("sglang config + layers.0 keys", str(bad), "fused", "sglang")]

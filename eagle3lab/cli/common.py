@@ -158,11 +158,11 @@ def _add_field_option(p, name: str, field, *, from_file: bool) -> None:
     else:
         kw["default"] = default
     flags = extra.get("flags") or ["--" + name.replace("_", "-")]
-    if _is_aux_ids(field):
-        p.add_argument(*flags, nargs="+", action=_JoinedIds, metavar="IDS", **kw)
-        return
     if extra.get("metavar"):
         kw["metavar"] = extra["metavar"]
+    if _is_aux_ids(field):
+        p.add_argument(*flags, nargs="+", action=_JoinedIds, **{"metavar": "IDS", **kw})
+        return
     tp = _plain(field.annotation)
     if tp is bool:
         if from_file:

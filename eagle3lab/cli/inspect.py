@@ -43,14 +43,12 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from eagle3lab.formats.doctor import inspect_checkpoint
-    from eagle3lab.formats.opened import open_drafter
 
     if not Path(args.ckpt).is_dir():
         print(f"eagle3lab inspect: error: checkpoint {args.ckpt!r} does not exist or is not a "
               f"directory.", file=sys.stderr)
         return 2
-    with open_drafter(args.ckpt) as drafter:  # located and read once
-        report = inspect_checkpoint(drafter, target=args.target, engine=args.engine,
-                                    check_values=not args.no_values)
+    report = inspect_checkpoint(args.ckpt, target=args.target, engine=args.engine,
+                                check_values=not args.no_values)  # located and read once
     print(report.to_json() if args.json else report.table(show_tensors=args.tensors))
     return 0 if report.ok else 1

@@ -43,10 +43,10 @@ from eagle3lab.config import PathStr, cli_group
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import (atomic_write_json, check_writable_dir, read_appended_jsonl,
                               read_json_object)
-from eagle3lab.data import rankparts, remote, stagerun
+from eagle3lab.data import rankparts, remote
 from eagle3lab.data.prompts import (chat_prompt_ids, conversation_record, load_prompts,
                                     prompts_fingerprint)
-from eagle3lab.data.stage import GenerationConfig, Stage
+from eagle3lab.data.stage import GenerationConfig, GenerationStage
 
 #: Parameters that change what a response is; a resumed run must use the same ones.
 _IDENTITY_KEYS = ("target_config_sha256", "prompts_sha256", "max_new_tokens", "temperature",
@@ -127,7 +127,7 @@ def regenerate(config: RegenerateConfig | dict[str, Any] | None = None, /, *,
     return RegenerateStage.call(config, target=target, progress=progress, options=options)
 
 
-class RegenerateStage(Stage[RegenerateConfig]):
+class RegenerateStage(GenerationStage[RegenerateConfig]):
     """plan: the prompts, the target (or the server), the parameters; resume: the parameter
     check, a killed run's rank parts merged, the ids done; a unit: one batch (the batches
     one process forms, dealt to the ranks), or through a server this rank's whole share,
@@ -137,7 +137,7 @@ class RegenerateStage(Stage[RegenerateConfig]):
     CONFIG = RegenerateConfig
 
     def plan(self) -> None:
-        cfg, ranks = self.config, self.ranks
+        cfg = self.config
         self.out = out = Path(cfg.out)
         check_writable_dir(out.parent)
         plist = load_prompts(cfg.prompts, limit=cfg.limit)
@@ -145,15 +145,7 @@ class RegenerateStage(Stage[RegenerateConfig]):
         if cfg.samples > 1:
             plist = [dataclasses.replace(p, id=f"{p.id}#{k}") for k in range(cfg.samples)
                      for p in plist]
-        self.gen = self.ident = None
-        if cfg.server is not None:
-            self.tgt, self.gen, self.ident = remote.connect(
-                self.target, cfg.server, many_ranks=ranks.many, api=cfg.api,
-                concurrency=cfg.concurrency, retries=cfg.retries,
-                server_model=cfg.server_model)  # checked before writing
-        else:
-            self.tgt = stagerun.load_rank_target(self.target, ranks, device=self.device(),
-                                                 dtype=cfg.dtype, device_map=cfg.device_map)
+        self.tgt, self.gen, self.ident = self.load_target()
         self.fp = prompts_fingerprint(cfg.prompts)
         self.params = {
             "target_config_sha256": self.tgt.config_sha256, "prompts_sha256": self.fp["sha256"],

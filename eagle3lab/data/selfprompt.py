@@ -46,9 +46,8 @@ from eagle3lab.config import PathStr, cli_group
 from eagle3lab.data.prompts import load_prompts, prompts_fingerprint
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, check_writable_dir, read_appended_jsonl
-from eagle3lab.data import remote, stagerun
 from eagle3lab.data.regenerate import meta_path, read_meta  # one <out>.meta.json convention
-from eagle3lab.data.stage import GenerationConfig, Stage
+from eagle3lab.data.stage import GenerationConfig, GenerationStage
 
 _SENTINEL = "\u2063EAGLE3LAB_USER_TURN\u2063"
 _IDENTITY_KEYS = ("target_config_sha256", "temperature", "top_p", "seed", "max_new_tokens",
@@ -170,7 +169,7 @@ def synthesize_prompts(config: SelfPromptConfig | dict[str, Any] | None = None, 
     return SelfPromptStage.call(config, target=target, progress=progress, options=options)
 
 
-class SelfPromptStage(Stage[SelfPromptConfig]):
+class SelfPromptStage(GenerationStage[SelfPromptConfig]):
     """plan: exclusions, the target (or the server), the user-turn prefix, the parameters;
     resume: the parameter check and what `out` holds; a unit: one round of batches, each
     rank sampling one, all filtering them in batch order (rank 0 appends the kept ones);
@@ -179,7 +178,7 @@ class SelfPromptStage(Stage[SelfPromptConfig]):
     CONFIG = SelfPromptConfig
 
     def plan(self) -> None:
-        cfg, ranks = self.config, self.ranks
+        cfg = self.config
         self.out = out = Path(cfg.out)
         check_writable_dir(out.parent)
         self.old_meta = old_meta = read_meta(out, "eagle3lab-prompts")
@@ -195,17 +194,9 @@ class SelfPromptStage(Stage[SelfPromptConfig]):
             for p in load_prompts(cfg.exclude):
                 self.held_shingles |= shingles(p.prompt)
                 self.held_norm.add(normalise(p.prompt))
-        self.gen = None
-        if cfg.server is not None:
-            self.tgt, self.gen, _ = remote.connect(
-                self.target, cfg.server, many_ranks=ranks.many, api=cfg.api,
-                concurrency=cfg.concurrency, retries=cfg.retries,
-                server_model=cfg.server_model)  # checked before writing
-            eos = self.tgt.eos_ids
-        else:
-            self.tgt = stagerun.load_rank_target(self.target, ranks, device=self.device(),
-                                                 dtype=cfg.dtype, device_map=cfg.device_map)
-            eos = self.tgt.model.generation_config.eos_token_id
+        self.tgt, self.gen, _ = self.load_target()
+        eos = (self.tgt.eos_ids if self.gen is not None
+               else self.tgt.model.generation_config.eos_token_id)
         tok = self.tok = self.tgt.tokenizer
         self.prefix, end_id = user_turn_prefix(tok, cfg.system_prompt)
         self.stop_ids = ({end_id} | set(eos if isinstance(eos, list) else [eos])) - {None}

@@ -1,12 +1,11 @@
 """One data stage (self-prompt, regenerate, extract): a typed config and one skeleton that
 runs it, plan -> resume -> compute -> write -> merge ranks.
 
-Prevents the stages drifting apart in how they run, and a setting lost on the way to the
-code that uses it: before, each stage passed its 17-22 keyword arguments through
-`locals()` into a private twin, and each ordered its resume check, its writes and its rank
-merge its own way. Now each stage's settings are one `StrictConfig` (`StageConfig` and its
-subclasses: a typo'd or mistyped setting is one line naming it; the stage's CLI options are
-generated from the fields), and `Stage.run` is the one order every stage runs in:
+Prevents the stages drifting apart in how they run (each ordering its resume check, its
+writes and its rank merge its own way), and a setting lost on the way to the code that uses
+it: each stage's settings are one `StrictConfig` (`StageConfig` and its subclasses: a
+typo'd or mistyped setting is one line naming it; the stage's CLI options are generated
+from the fields), and `Stage.run` is the one order every stage runs in:
 
   plan     every rank: check the inputs, load the target (this rank's GPU or GPU group),
            derive the parameters the output records
@@ -35,6 +34,7 @@ from typing import Any, ClassVar, Generic, Iterable, Literal, TypeVar
 from pydantic import Field
 
 from eagle3lab.config import DEFAULT_TARGET, PathStr, StrictConfig, cli_group
+from eagle3lab.data import remote, stagerun
 from eagle3lab.data.stagerun import DEFAULT_TIMEOUT_S, uses_cuda
 from eagle3lab.distributed import Ranks, session
 from eagle3lab.errors import UserError
@@ -152,10 +152,7 @@ class Stage(Generic[ConfigT]):
         return cls(cfg, target=loaded, progress=progress).run()
 
     def device(self) -> str:
-        cfg = self.config  # through a server (`server` URL) nothing is loaded on a device
-        if getattr(cfg, "server", None) is not None and cfg.device_map is None:
-            return "cpu"
-        return cfg.device
+        return self.config.device
 
     def run(self) -> dict[str, Any]:
         cfg = self.config
@@ -208,3 +205,28 @@ class Stage(Generic[ConfigT]):
 
     def merge(self) -> dict[str, Any]:
         raise NotImplementedError
+
+
+GenT = TypeVar("GenT", bound=GenerationConfig)
+
+
+class GenerationStage(Stage[GenT]):
+    """A stage where the target writes text (regenerate, self-prompt): in this process on
+    this rank's device, or through a running server (`server`), which loads nothing here."""
+
+    def device(self) -> str:
+        cfg = self.config  # through a server nothing is loaded on a device
+        return "cpu" if cfg.server is not None and cfg.device_map is None else cfg.device
+
+    def load_target(self) -> tuple[Any, Any, dict[str, Any] | None]:
+        """(the target, the server's generator or None, the server's identity or None):
+        the server's tokenizer and config (no weights) when generating through it, else
+        the target loaded on this rank's GPU (or GPU group)."""
+        cfg, ranks = self.config, self.ranks
+        if cfg.server is not None:
+            return remote.connect(self.target, cfg.server, many_ranks=ranks.many, api=cfg.api,
+                                  concurrency=cfg.concurrency, retries=cfg.retries,
+                                  server_model=cfg.server_model)  # checked before writing
+        return (stagerun.load_rank_target(self.target, ranks, device=self.device(),
+                                          dtype=cfg.dtype, device_map=cfg.device_map),
+                None, None)

@@ -51,7 +51,7 @@ def load_rank_target(target: Any, ranks: Ranks, *, device: str, dtype: str,
     """The stage's target: as given if already loaded, else loaded on this rank's GPU (or,
     with a device map, on its group of GPUs)."""
     # lazy: a test patches eagle3lab.targets.adapter.load_target
-    from eagle3lab.targets.adapter import Target, load_target, resolve_device
+    from eagle3lab.targets.adapter import load_target
 
     if isinstance(target, Target):
         return target

@@ -21,7 +21,7 @@ from eagle3lab.formats import values
 from eagle3lab.formats.detect import (DraftConfig, canonical_key, detect_format, key_layout,
                                       layer_index)
 from eagle3lab.formats.findings import Finding, Report, error, info, warning
-from eagle3lab.formats.opened import open_drafter, owned
+from eagle3lab.formats.opened import drafter_from
 from eagle3lab.formats.profiles import (DEFAULT_ENGINE, INPUT_NORM, EngineProfile, capture_range,
                                         drafter_profile, engine_key, get_profile)
 from eagle3lab.formats.reader import Checkpoint
@@ -50,16 +50,12 @@ def inspect_checkpoint(checkpoint: str | os.PathLike | OpenedDrafter, *,
     speculators' save_path -> its best epoch; SpecForge's step checkpoints are refused with
     the export command). `checkpoint` may be an `OpenedDrafter` (formats/opened.py): its
     headers are not read again, and the report is kept on it."""
-    drafter = open_drafter(checkpoint)
-    try:
-        key = ("doctor", None if target is None else str(target), engine, check_values,
-               None if trained_capture is None else tuple(trained_capture), vllm_runner)
+    key = ("doctor", None if target is None else str(target), engine, check_values,
+           None if trained_capture is None else tuple(trained_capture), vllm_runner)
+    with drafter_from(checkpoint) as drafter:
         return drafter.kept(key, lambda: inspect_opened(
             drafter, target=target, engine=engine, check_values=check_values,
             trained_capture=trained_capture, vllm_runner=vllm_runner))
-    finally:
-        if owned(checkpoint, drafter):
-            drafter.close()
 
 
 def inspect_opened(drafter: OpenedDrafter, *, target: str | os.PathLike | None,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from eagle3lab.errors import UserError
 from eagle3lab.formats.convert import to_speculators_config
 from eagle3lab.formats.detect import DraftConfig, canonical_key, parse_draft_config
-from eagle3lab.formats.opened import open_drafter, owned
+from eagle3lab.formats.opened import drafter_from
 from eagle3lab.formats.profiles import INPUT_NORM, EngineProfile, engine_key, get_profile
 from eagle3lab.formats.reader import Checkpoint
 from eagle3lab.formats.schema import (applies, draft_tensors, engine_capture, engine_param_keys,
@@ -67,12 +67,8 @@ def load_as(checkpoint: str | os.PathLike | OpenedDrafter, engine: str, *,
     `checkpoint`: a path (located first: formats/locate.py) or an `OpenedDrafter`
     (formats/opened.py), whose headers are not read again."""
     profile = get_profile(engine)
-    drafter = open_drafter(checkpoint)
-    try:
+    with drafter_from(checkpoint) as drafter:
         return _load_as(drafter.checkpoint, profile, target=target, seed=seed)
-    finally:
-        if owned(checkpoint, drafter):
-            drafter.close()
 
 
 def _load_as(ck: Checkpoint, profile: EngineProfile, *, target: str | os.PathLike | None,

@@ -16,9 +16,10 @@ and `open_drafter` hands one back unchanged, so a caller opens once and passes i
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from eagle3lab.formats import locate
 from eagle3lab.formats.detect import parse_draft_config, read_sidecar
@@ -26,7 +27,7 @@ from eagle3lab.formats.reader import Checkpoint, load_draft_config
 
 if TYPE_CHECKING:
     from eagle3lab.formats.detect import DraftConfig, Format
-    from eagle3lab.formats.reader import Checkpoint, Problem, TensorInfo
+    from eagle3lab.formats.reader import Problem, TensorInfo
 
 
 def native_engine(fmt: str) -> str:
@@ -134,8 +135,19 @@ def open_drafter(path: str | os.PathLike | OpenedDrafter, *, log=None) -> Opened
     OpenedDrafter is returned unchanged. `log`: told which epoch a save_path means."""
     if isinstance(path, OpenedDrafter):
         return path
-
     return OpenedDrafter(path, locate.locate_checkpoint(path, log=log))
+
+
+@contextlib.contextmanager
+def drafter_from(draft: str | os.PathLike | OpenedDrafter) -> Iterator[OpenedDrafter]:
+    """`open_drafter(draft)` for a `with` block: closed on leaving when it was opened here
+    from a path; an OpenedDrafter handed in stays open (the caller's to close)."""
+    drafter = open_drafter(draft)
+    try:
+        yield drafter
+    finally:
+        if owned(draft, drafter):
+            drafter.close()
 
 
 def owned(draft: Any, drafter: OpenedDrafter) -> bool:
@@ -144,4 +156,4 @@ def owned(draft: Any, drafter: OpenedDrafter) -> bool:
     return drafter is not draft
 
 
-__all__ = ["OpenedDrafter", "native_engine", "open_drafter", "owned"]
+__all__ = ["OpenedDrafter", "drafter_from", "native_engine", "open_drafter", "owned"]

@@ -41,11 +41,6 @@ def generated_versions(engine: str) -> list[str]:
     return sorted((n for n in names if n[:1].isdigit()), key=version_tuple)
 
 
-def sglang_generated_versions() -> list[str]:
-    """Versions with a generated SGLang table, oldest first."""
-    return generated_versions("sglang")
-
-
 #: The engines' names in notes, and what a class missing from a table means there.
 _TITLE = {"sglang": "SGLang", "vllm": "vLLM"}
 _NOT_LISTED = {

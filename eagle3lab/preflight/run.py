@@ -38,7 +38,7 @@ from eagle3lab.errors import UserError
 from eagle3lab.formats.doctor import inspect_checkpoint
 from eagle3lab.formats.findings import (Finding, FindingsVerdict, error, findings_lines, info,
                                         warning)
-from eagle3lab.formats.opened import open_drafter, owned
+from eagle3lab.formats.opened import drafter_from, open_drafter
 from eagle3lab.formats.reader import read_config
 from eagle3lab.preflight import checks
 from eagle3lab.preflight.capture import capture_verdict, generated_versions
@@ -176,12 +176,8 @@ def doctor_engine(spec: LaunchSpec, version: str, draft_dir) -> str:
     if spec.engine == "reference":
         if draft_dir is None:
             return "speculators"
-        drafter = open_drafter(draft_dir)
-        try:
+        with drafter_from(draft_dir) as drafter:
             return drafter.native_engine
-        finally:
-            if owned(draft_dir, drafter):
-                drafter.close()
     return "sglang-0.5.23" if version_tuple(version) >= version_tuple(MULTI_LAYER_SGLANG) \
         else "sglang"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3lab.fsutil import atomic_path
-from eagle3lab.report.summary import format_value, headline, step_times
+from eagle3lab.report.summary import format_value
 
 #: nbconvert template (templates/nbconvert/NAME) of the notebook pages.
 NOTEBOOK_TEMPLATE = "eagle3lab-report"
@@ -170,12 +170,8 @@ def render_index(report: dict[str, Any], path: str | Path,
                              autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)
     steps = [_view(e, thumbnails or {}) for e in report["steps"]]
-    heads = report.get("headline")
-    if heads is None:  # a report.json written before the headline existed
-        heads = headline({e["name"]: e.get("summary") for e in report["steps"]
-                          if e["kind"] == "notebook"})
-    times = [{**t, "wall": _secs(t["seconds"]) or "-"}
-             for t in (report.get("times") or step_times(report["steps"]))]
+    heads = report["headline"]
+    times = [{**t, "wall": _secs(t["seconds"]) or "-"} for t in report["times"]]
     notes = list(report.get("notes", [])) + [f"{e['name']}: {n}" for e in report["steps"]
                                              for n in e.get("notes", []) or []]
     page = env.get_template("index.html.j2").render(

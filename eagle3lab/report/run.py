@@ -47,7 +47,7 @@ from eagle3lab.report.params import notebook_parameters, parse_params
 from eagle3lab.report.pipeline import run_stage
 from eagle3lab.report.plan import (PLAN, Step, check_plan, notebook_path, selected_steps,
                                    wiring_context)
-from eagle3lab.report.summary import headline, read_summary, step_times, times_text
+from eagle3lab.report.summary import index_tables, read_summary, times_text
 from eagle3lab.workdir import WorkDir
 
 REPORT_FORMAT = "eagle3lab-report"
@@ -196,9 +196,7 @@ def run_report(
             counts[e["status"] or "not run"] = counts.get(e["status"] or "not run", 0) + 1
         report["counts"] = counts
         report["ok"] = not any(e["status"] == "failed" for e in report["steps"])
-        report["times"] = step_times(report["steps"])
-        report["headline"] = headline({e["name"]: e.get("summary") for e in report["steps"]
-                                       if e["kind"] == "notebook"})
+        report.update(index_tables(report["steps"]))
         (out_dir / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
         render_index(report, out_dir / "index.html", thumbnails)
         log(times_text(report["times"], report["wall_s"]))

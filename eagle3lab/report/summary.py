@@ -240,3 +240,11 @@ def headline(summaries: dict[str, dict[str, Any] | None]) -> list[dict[str, Any]
                      "detail": f"{config}: the first drafter's speculative outputs, "
                                f"compared token for token with plain greedy decoding"})
     return rows
+
+
+def index_tables(steps: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """What a report records beside its steps for the index: `times` (`step_times`) and
+    `headline` (`headline` over the notebooks' summaries)."""
+    return {"times": step_times(steps),
+            "headline": headline({e["name"]: e.get("summary") for e in steps
+                                  if e["kind"] == "notebook"})}

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3lab.distributed import free_port
 from eagle3lab.engines.sglang_parser import check_argv_with_sglang
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json
@@ -40,12 +40,6 @@ def exposure_note(host: str) -> str | None:
         return None
     return (f"The server binds to {host}: it is reachable from outside this machine (anyone "
             f"who can reach this host can send it requests). Use 127.0.0.1 to keep it local.")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host if host not in ("0.0.0.0", "localhost") else "127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclasses.dataclass

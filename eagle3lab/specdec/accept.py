@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eagle3lab.config import DEFAULT_TARGET
 from eagle3lab.data.prompts import chat_prompt_ids, load_prompts
@@ -22,9 +22,6 @@ from eagle3lab.formats.opened import OpenedDrafter, owned
 from eagle3lab.specdec.batched import check_batch_size
 from eagle3lab.specdec.load import check_draft, check_engine, load_engine, resolve_engine
 from eagle3lab.specdec.stats import AcceptStats, predicted_speedup
-
-if TYPE_CHECKING:
-    from eagle3lab.formats.opened import OpenedDrafter
 
 
 @dataclasses.dataclass

@@ -18,8 +18,7 @@ from eagle3lab.errors import UserError
 from eagle3lab.formats.doctor import inspect_checkpoint
 from eagle3lab.formats.load_as import build_model
 from eagle3lab.formats.load_as import load_as as emulate
-from eagle3lab.formats.opened import native_engine as native
-from eagle3lab.formats.opened import open_drafter, owned
+from eagle3lab.formats.opened import drafter_from, open_drafter, owned
 from eagle3lab.specdec.batched import BatchedEngine
 from eagle3lab.specdec.drafting import Drafter
 from eagle3lab.specdec.engine import SpecEngine
@@ -33,25 +32,15 @@ if TYPE_CHECKING:
 FIT_CODES = ("unreadable", "format-unknown", "hidden-size", "fc-dim", "vocab-map", "shape")
 
 
-def native_engine(fmt: str) -> str:
-    """The engine a checkpoint's own format is loaded by without any renaming
-    (formats/opened.py holds the rule; `OpenedDrafter.native_engine` applies it)."""
-    return native(fmt)
-
-
 def fit_errors(draft: str | os.PathLike | OpenedDrafter, *, target: str | os.PathLike,
                codes: tuple[str, ...] = FIT_CODES) -> tuple[str, list]:
     """(the engine that loads the checkpoint's format natively, the doctor's error findings
     with these codes for `draft` against `target` inspected for that engine; [] = fits).
     `draft`: a path or an `OpenedDrafter`, whose headers are not read again and which keeps
     the report."""
-    drafter = open_drafter(draft)
-    try:
+    with drafter_from(draft) as drafter:
         engine = drafter.native_engine  # headers only: which engine loads it natively
         report = inspect_checkpoint(drafter, target=target, engine=engine)
-    finally:
-        if owned(draft, drafter):
-            drafter.close()
     return engine, [f for f in report.errors() if f.code in codes]
 
 

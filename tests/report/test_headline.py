@@ -139,6 +139,7 @@ def test_a_report_prints_records_and_shows_its_step_times(tmp_path):
 
 def test_the_index_opens_with_the_headline(tmp_path):
     from eagle3lab.report.html import render_index
+    from eagle3lab.report.summary import index_tables
 
     steps = [{"name": n, "kind": "notebook", "deps": [], "about": "", "status": "ok",
               "wall_s": 90.0, "ipynb": f"{n}.ipynb", "html": f"{n}.html", "summary": s}
@@ -146,7 +147,7 @@ def test_the_index_opens_with_the_headline(tmp_path):
     report = {"out": str(tmp_path), "created": "now", "wall_s": 180.0, "work_dir": "/w",
               "params_file": None, "params": None, "pipeline": None, "description": "",
               "timeout_s": 60.0, "versions": {}, "counts": {"ok": 2}, "notes": [],
-              "steps": steps}
+              "steps": steps, **index_tables(steps)}  # as run_report records them
     page = render_index(report, tmp_path / "index.html").read_text()
     head = re.search(r'<table id="headline">(.*?)</table>', page, re.S).group(1)
     assert page.index('id="headline"') < page.index('id="summary"')  # shown first

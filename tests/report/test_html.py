@@ -103,7 +103,9 @@ def test_the_key_figure_is_the_tagged_cells_first_plot(tmp_path):
 
 
 def _report(tmp_path, thumb: str) -> dict:
-    return {
+    from eagle3lab.report.summary import index_tables
+
+    report = {
         "out": str(tmp_path), "created": "2026-01-01T00:00:00", "wall_s": 75.0,
         "work_dir": "/work", "params_file": None, "params": {"common": {"x": 1}},
         "pipeline": {"target": "t"}, "description": "test <b>report</b>", "timeout_s": 60.0,
@@ -125,6 +127,7 @@ def _report(tmp_path, thumb: str) -> dict:
              "failed_cell": {"cell_index": 4, "execution_count": 3,
                              "source_first_line": "raise ValueError()"}},
         ]}
+    return {**report, **index_tables(report["steps"])}  # as run_report records them
 
 
 def test_the_index_shows_thumbnails_and_rounded_numbers(tmp_path):

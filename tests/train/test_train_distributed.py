@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from eagle3lab.errors import UserError
-from testutil import fork_ranks, free_port
+from eagle3lab.distributed import free_port
+from testutil import fork_ranks
 
 #: 6 optimizer steps of 2 micro-batches of <= 128 tokens; eval at 3 and 6; checkpoints 2, 4.
 KW = dict(max_steps=6, epochs=100, max_tokens_per_batch=128, eval_every=3,

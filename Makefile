@@ -17,7 +17,7 @@ PIPQ   := --disable-pip-version-check -q
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-all setup target vllm-carry device-wheels clean-venv help
+.PHONY: demo test test-all setup target vllm-carry device-wheels study-carry clean-venv help
 
 help:
 	@echo "make demo   - run the whole pipeline on the default target and write a report (reports/<timestamp>/index.html)"
@@ -27,6 +27,7 @@ help:
 	@echo "make target - only prepare the default target under data/models/"
 	@echo "make vllm-carry - vLLM 0.25.1 + its wheels + the GGUF cut into device carries (.vllm/; docs/vllm.md)"
 	@echo "make device-wheels - eagle3lab's own dependencies the GPU device lacks, as pinned wheels for one carry (.device-wheels/; docs/device.md)"
+	@echo "make study-carry [STUDY_DATA='FILE ...'] - those wheels + the default target's GGUF + data files cut into device carries (.vllm/study/; docs/device.md)"
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-nodeps.txt requirements-serve-cpu.txt \
           requirements-sglang-cpu.txt constraints.txt pyproject.toml
@@ -60,6 +61,15 @@ device-wheels: $(STAMP)
 	$(PY) -P bench/device_wheels.py check
 	$(PY) -P bench/device_wheels.py download
 	$(PY) -P bench/device_wheels.py plan
+
+# The study's carry without vLLM (issue 28): the wheels of .device-wheels/, the default
+# target's GGUF and STUDY_DATA (e.g. packed conversation parts, bench/tokpack.py) cut into
+# chunks under .vllm/study/carry/, and the chain of device calls printed (docs/device.md).
+STUDY_DATA ?=
+study-carry: $(STAMP)
+	$(PY) -P bench/device_wheels.py download
+	$(PY) -P bench/vllm_carry.py pack --work .vllm/study --wheels .device-wheels --gguf default $(if $(STUDY_DATA),--data $(STUDY_DATA))
+	$(PY) -P bench/vllm_carry.py plan --work .vllm/study
 
 demo: target
 	$(VENV)/bin/eagle3lab demo $(DEMO_ARGS)

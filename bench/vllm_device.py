@@ -10,13 +10,18 @@ anything is installed.
 
     python3 -P bench/vllm_device.py stash .vllm/carry/NN   # one call per chunk
     python3 -P bench/vllm_device.py install                # joins, verifies, installs
-    . /root/e3l/env.sh                                     # PYTHONPATH, VLLM_* , E3L_TARGET
+    . /root/e3l/env.sh                        # PYTHONPATH, VLLM_* , E3L_TARGET, E3L_DATA
 
 `install`: `pip install --no-index --no-deps --no-compile --target /root/e3l/site` of every
 wheel, and `eagle3lab prepare-target --gguf ... --dest /root/e3l/target` (the default
 target, converted and verified as on any machine), started as soon as its few
 requirements are in place so that it overlaps the big install. E3L (default /root/e3l)
 moves everything.
+
+The chunks need not hold vLLM (`make study-carry`: eagle3lab's device wheels, the GGUF and
+data files; docs/device.md): the data files (`data/NAME` in the manifest) are put in
+/root/e3l/data, and wheels and target are installed again only when they differ from
+those installed (a data-only carry to an installed machine just places its files).
 """
 
 from __future__ import annotations
@@ -116,17 +121,37 @@ def _unpack(manifest: dict, files: Path) -> None:
             fail(f"{name} differs from the manifest after unpacking.")
 
 
+def place_data(files: Path, names: list[str]) -> Path:
+    """Move the carried data files (members data/NAME) to E3L/data/NAME."""
+    dest = E3L / "data"
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        os.replace(files / name, dest / Path(name).name)
+    return dest
+
+
 def install() -> None:
     manifest = _manifest()
     stamp = E3L / "installed.json"
-    if stamp.is_file() and json.loads(stamp.read_text()).get("tar_sha256") == \
-            manifest["tar_sha256"]:
+    old = json.loads(stamp.read_text()) if stamp.is_file() else {}
+    if old.get("tar_sha256") == manifest["tar_sha256"]:
         print(f"already installed ({stamp}); nothing to do", flush=True)
         return
+    software = {k: v for k, v in manifest["members"].items() if not k.startswith("data/")}
+    data = sorted(k for k in manifest["members"] if k.startswith("data/"))
     t0 = time.perf_counter()
     files, site, boot = E3L / "files", E3L / "site", E3L / "site-boot"
     _unpack(manifest, files)
     t_unpack = time.perf_counter() - t0
+    if data:
+        print(f"{len(data)} data file(s) in {place_data(files, data)}", flush=True)
+    if not software or software == old.get("software"):
+        stamp.write_text(json.dumps({**old, "tar_sha256": manifest["tar_sha256"],
+                                     "data": data}, indent=1))
+        shutil.rmtree(files)
+        print("wheels and target: " + ("none carried" if not software else
+                                       "already installed") + f"; {stamp} updated", flush=True)
+        return
     wheels = sorted((files / "wheels").glob("*.whl"))
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
            "--no-compile", "--no-cache-dir", "--disable-pip-version-check", "--target"]
@@ -135,18 +160,19 @@ def install() -> None:
             shutil.rmtree(d)
     subprocess.run(pip + [str(boot)] + [str(w) for w in wheels if w.name.startswith(BOOT)],
                    check=True)
-    gguf = next(files.glob("*.gguf"))
+    gguf = next(files.glob("*.gguf"), None)  # none carried: no target prepared
     target = E3L / "target"
     repo = Path(__file__).resolve().parent.parent
     prep_cmd = [sys.executable, "-m", "eagle3lab", "prepare-target", "--gguf", str(gguf),
                 "--dest", str(target)]
     prep_log = open(E3L / "prepare-target.log", "w")
-    prep = subprocess.Popen(prep_cmd, cwd=repo, stdout=prep_log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONPATH": f"{boot}:{repo}"})
+    prep = gguf and subprocess.Popen(prep_cmd, cwd=repo, stdout=prep_log,
+                                     stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONPATH": f"{boot}:{repo}"})
     t1 = time.perf_counter()
     subprocess.run(pip + [str(site)] + [str(w) for w in wheels], check=True)
     t_pip = time.perf_counter() - t1
-    if prep.wait() != 0:  # a requirement the boot set lacked: once more with everything
+    if prep and prep.wait() != 0:  # a requirement the boot set lacked: once more with all
         print("prepare-target with the boot set failed; retrying with the full install",
               flush=True)
         prep = subprocess.run(prep_cmd, cwd=repo, stdout=prep_log, stderr=subprocess.STDOUT,
@@ -158,8 +184,10 @@ def install() -> None:
     env = "".join(f"export {k}={v}\n" for k, v in ENV.items())
     (E3L / "env.sh").write_text(
         f"export PYTHONPATH={site}:$PWD${{PYTHONPATH:+:$PYTHONPATH}}\n"
-        f"export PATH={site}/bin:$PATH\nexport E3L_TARGET={target}\n{env}")
-    stamp.write_text(json.dumps({"tar_sha256": manifest["tar_sha256"],
+        f"export PATH={site}/bin:$PATH\nexport E3L_TARGET={target}\n"
+        f"export E3L_DATA={E3L / 'data'}\n{env}")
+    stamp.write_text(json.dumps({"tar_sha256": manifest["tar_sha256"], "software": software,
+                                 "data": data,
                                  "wheels": len(wheels), "unpack_s": round(t_unpack, 1),
                                  "pip_s": round(t_pip, 1),
                                  "total_s": round(time.perf_counter() - t0, 1)}, indent=1))

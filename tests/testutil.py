@@ -100,3 +100,17 @@ def edit_state(path: Path, fn) -> Path:
     fn(state)
     save_file(state, str(f), metadata={"format": "pt"})
     return path
+
+
+def eager_and_static(target, draft, prompts, *, steps: int, topk: int, draft_tokens,
+                     max_new_tokens: int, batch_size: int = 2):
+    """The same prompts decoded by the eager engine one at a time and by the static engine
+    batched (`batch_size` rows): (eager results, static results), to compare."""
+    from eagle3lab.specdec.load import load_engine
+
+    shape = dict(steps=steps, topk=topk, draft_tokens=draft_tokens)
+    eager = load_engine(target=target, draft=draft, **shape)
+    old = [eager.generate(p, max_new_tokens=max_new_tokens) for p in prompts]
+    static = load_engine(target=target, draft=draft, **shape, engine="static",
+                         batch_size=batch_size)
+    return old, static.generate_many(prompts, max_new_tokens=max_new_tokens)

@@ -29,7 +29,10 @@ def add_parser(sub) -> None:
         "flight; failed requests are retried with backoff): greedy records equal the "
         "in-process ones where both round alike (fp32; in bf16 an engine's kernels and "
         "transformers' round differently and greedy answers part after a near-tie: "
-        "docs/vllm.md measured 15/16 identical in fp32, 2/16 in bf16 against vLLM).",
+        "docs/vllm.md measured 15/16 identical in fp32, 2/16 in bf16 against vLLM). On a GPU "
+        "--engine static decodes with eagle3lab's static-cache engine (CUDA graphs, "
+        "--batch-size rows in flight, each refilled as its answer ends), in chunks of "
+        "16 x --batch-size prompts.",
         parents=[generation_options()])
     add_config_options(p, RegenerateConfig, groups=STAGE_GROUPS)
 
@@ -38,8 +41,11 @@ def run(args) -> int:
     from eagle3lab.distributed import detect
     from eagle3lab.data.regenerate import RegenerateConfig, regenerate
 
-    s = regenerate(config_from_args(RegenerateConfig, args, "regenerate"),
-                   progress=not args.no_progress)
+    cfg = config_from_args(RegenerateConfig, args, "regenerate")
+    engine_class = None
+    if cfg.engine == "static":  # the data layer cannot import specdec: given beside the config
+        from eagle3lab.specdec.batched import BatchedEngine as engine_class
+    s = regenerate(cfg, progress=not args.no_progress, engine_class=engine_class)
     if not detect().main:  # rank 0 reports for all ranks
         return 0
     print(f"{s['out']}: {s['records']} records ({s['new_records']} new, {s['new_tokens']} new "

@@ -1,4 +1,5 @@
-"""`eagle3lab train`: train an EAGLE-3 drafter on shards (speculators' model and loss).
+"""`eagle3lab train`: train an EAGLE-3 drafter on shards, or online from conversations
+(speculators' model and loss).
 
 The options are generated from `TrainConfig`'s fields (names, types, defaults, the help
 text from each field's `description`, and the option group each field names: data, model,
@@ -19,7 +20,8 @@ def add_parser(sub) -> None:
 
     p = add_command(
         sub, "train", run,
-        help="train an EAGLE-3 drafter on shards (speculators' model and loss)",
+        help="train an EAGLE-3 drafter on shards, or online from conversations "
+        "(speculators' model and loss)",
         description="Build speculators' EAGLE-3 drafter from the shards' manifest (target "
         "hidden size, aux layers written as vLLM ids = capture points, target vocab, the "
         "shards' draft vocab map), train it with our loop around speculators' forward and "
@@ -27,7 +29,11 @@ def add_parser(sub) -> None:
         "full/conditional accuracy per TTT position, train and eval), atomic checkpoints "
         "(checkpoints/step-N: speculators save_pretrained + trainer_state.pt) and final/. "
         "--resume continues exactly. Shards that do not match (eval split, resumed run, "
-        "--init-from drafter) are refused before training. Under torchrun (`torchrun "
+        "--init-from drafter) are refused before training. Online (`--online --conversations "
+        "R.jsonl --target T`): no shards; the target computes the states of each micro-batch "
+        "inside the loop with extract's capture (aux ids, convention, --states-dtype as "
+        "extract's --dtype) and the draft vocab is built from the conversations as `eagle3lab "
+        "vocab` builds it (--vocab-map: a given one); no data workers. Under torchrun (`torchrun "
         "--nproc-per-node N -m eagle3lab train ...`) every rank trains the one drafter: DDP, "
         "or FSDP2 with --fsdp; a step is N x --grad-accum micro-batches. --serve-engine "
         f"picks the speculators flags that engine implements: {engine_profiles_text()}.")
@@ -52,9 +58,8 @@ def run(args) -> int:
                                 "JSON object of TrainConfig fields, e.g. {\"lr\": 0.0003}.")
         opts = {**base, **opts}
         where = f"train config {args.config} (with the command-line options)"
-    for req in ("data", "out"):
-        if req not in opts:
-            raise UserError(f"--{req} is required (or set it in --config).")
+    if "out" not in opts:  # data or --online: TrainConfig's check says which is missing
+        raise UserError("--out is required (or set it in --config).")
     summary = train_run(TrainConfig.from_dict(opts, where), verify=not args.no_verify)
     if detect().main:  # under torchrun: once
         print(json.dumps(summary, indent=2))

@@ -51,12 +51,16 @@ def read_lines(path: Path, what: str) -> list[str]:
     except OSError as e:
         raise UserError(f"Cannot read {what} {path}: {e.strerror or e}.") from None
     try:
-        return data.decode("utf-8").splitlines()
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise UserError(f"{path}, line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at "
                         f"offset {e.start}); a {what} must be UTF-8 JSONL. Re-save it as "
                         f"UTF-8.") from None
+    # JSONL lines end at "\n" only: str.splitlines would also cut at U+2028, U+0085, \x0c
+    # ..., which JSON text (ensure_ascii=False) may hold inside a string
+    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def check_limit(limit: int | None, option: str = "limit (--limit)") -> None:

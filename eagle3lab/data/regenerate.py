@@ -23,8 +23,22 @@ token where both round alike (fp32; a bf16 engine's kernels part from transforme
 a near-tie: docs/vllm.md). The target's weights are not loaded then (tokenizer and config
 only).
 
+With `engine="static"` eagle3lab's own batched decoder generates in this process
+(`eagle3lab.specdec.batched.BatchedEngine`: static KV cache, CUDA graphs, `batch_size`
+rows in flight, each refilled with the next prompt as its answer ends, the refilled rows
+prefilled together), a chunk of `STATIC_CHUNK_ROWS * batch_size` prompts per unit (each
+chunk appended and fsynced as one, in the prompts' order, so resuming is as with batches).
+Transformers' `generate` (engine "hf") copies its growing cache every step and pads every
+batch to its longest answer; on a GPU that, not the model, sets the pace. Greedy static
+records equal hf ones where both round alike (fp32); sampled ones are seeded per prompt
+(seed + prompt index, the record's `seed`), so they do not depend on the chunking. The
+engine is part of a file's identity (files made before it read as "hf"). The data layer
+cannot import specdec (a higher layer), so the engine's class is passed beside the config
+(`engine_class`), as a loaded target is; `eagle3lab regenerate --engine static` does so.
+
 The settings are `RegenerateConfig`; the run is `eagle3lab.data.stage.Stage`'s order (a
-unit is one batch of prompts; through a server, this rank's whole share).
+unit is one batch of prompts, or one chunk for the static engine; through a server, this
+rank's whole share).
 """
 
 from __future__ import annotations
@@ -34,7 +48,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -46,11 +60,18 @@ from eagle3lab.fsutil import (atomic_write_json, check_writable_dir, read_append
 from eagle3lab.data import rankparts, remote
 from eagle3lab.data.prompts import (chat_prompt_ids, conversation_record, load_prompts,
                                     prompts_fingerprint)
-from eagle3lab.data.stage import GenerationConfig, GenerationStage
+from eagle3lab.data.stage import GenerationConfig, GenerationStage, build_config
 
 #: Parameters that change what a response is; a resumed run must use the same ones.
 _IDENTITY_KEYS = ("target_config_sha256", "prompts_sha256", "max_new_tokens", "temperature",
-                  "top_p", "seed", "system_prompt", "samples")
+                  "top_p", "seed", "system_prompt", "samples", "engine")
+#: What a file made before a key existed was made with.
+_IDENTITY_DEFAULTS = {"samples": 1, "engine": "hf"}
+#: The static engine's unit: this many times batch_size prompts (the rows stay full but
+#: for the chunk's tail; a killed run loses at most the chunk in flight).
+STATIC_CHUNK_ROWS = 16
+#: Rows the static engine prefills together when they are refilled at once.
+STATIC_PREFILL_ROWS = 64
 
 
 def meta_path(out: Path) -> Path:
@@ -100,14 +121,26 @@ class RegenerateConfig(GenerationConfig):
                                    json_schema_extra=cli_group("generation"))
     samples: int = Field(1, ge=1, description="sampled answers per prompt (ids PROMPT#k; "
                          "needs --temperature > 0)", json_schema_extra=cli_group("generation"))
+    engine: Literal["hf", "static"] = Field(
+        "hf", description="hf: transformers' generate, padded batches; static: eagle3lab's "
+        "BatchedEngine (static KV cache + CUDA graphs, batch_size rows in flight refilled as "
+        "answers finish; for GPUs; sampled answers seeded per prompt: seed + index)",
+        json_schema_extra=cli_group("generation"))
 
     def check(self, where: str) -> None:
         if self.samples > 1 and self.temperature <= 0:
             raise UserError("samples > 1 needs temperature > 0 (greedy answers would repeat).")
+        if self.engine == "static" and self.server is not None:
+            raise UserError(f"{where}: engine 'static' generates in this process; with "
+                            f"server={self.server} the server generates. Drop one of the two.")
+        if self.engine == "static" and self.device_map is not None:
+            raise UserError(f"{where}: engine 'static' runs the target on one device; drop "
+                            f"device_map={self.device_map} or use engine 'hf'.")
 
 
 def regenerate(config: RegenerateConfig | dict[str, Any] | None = None, /, *,
-               target: Any = None, progress: bool = True, **options: Any) -> dict[str, Any]:
+               target: Any = None, progress: bool = True, engine_class: Any = None,
+               **options: Any) -> dict[str, Any]:
     """Have the target answer `prompts`; append JSONL records to `out`. Returns a summary.
 
     config / options: `RegenerateConfig` (or its fields as keyword arguments, which
@@ -123,8 +156,19 @@ def regenerate(config: RegenerateConfig | dict[str, Any] | None = None, /, *,
     input_ids; "openai": /v1/completions with token ids), `concurrency` requests in
     flight, `retries` per request with backoff; `server_model` names the served model when
     it is not the target's name. Sampled answers are seeded per prompt (seed + index).
+    engine "static": `engine_class` is `eagle3lab.specdec.batched.BatchedEngine` (or a class
+    with its constructor and `generate_many`); chunks of prompts are units; sampled answers
+    are seeded per prompt (seed + index).
     """
-    return RegenerateStage.call(config, target=target, progress=progress, options=options)
+    cfg, loaded = build_config(RegenerateConfig, config, target, options)
+    if cfg.engine == "static" and engine_class is None:
+        raise UserError("regenerate: engine 'static' needs its class passed beside the config "
+                        "(engine_class=eagle3lab.specdec.batched.BatchedEngine: the data "
+                        "layer cannot import specdec); `eagle3lab regenerate --engine static` "
+                        "passes it.")
+    stage = RegenerateStage(cfg, target=loaded, progress=progress)
+    stage.engine_class = engine_class
+    return stage.run()
 
 
 class RegenerateStage(GenerationStage[RegenerateConfig]):
@@ -135,6 +179,9 @@ class RegenerateStage(GenerationStage[RegenerateConfig]):
     `out` in the prompts' order."""
 
     CONFIG = RegenerateConfig
+    #: the static engine's class (`regenerate`'s engine_class) and, once built, the engine
+    engine_class: Any = None
+    engine: Any = None
 
     def plan(self) -> None:
         cfg = self.config
@@ -151,7 +198,7 @@ class RegenerateStage(GenerationStage[RegenerateConfig]):
             "target_config_sha256": self.tgt.config_sha256, "prompts_sha256": self.fp["sha256"],
             "max_new_tokens": cfg.max_new_tokens, "temperature": float(cfg.temperature),
             "top_p": float(cfg.top_p), "seed": cfg.seed, "system_prompt": cfg.system_prompt,
-            "samples": cfg.samples,
+            "samples": cfg.samples, "engine": cfg.engine,
         }
         self.mpath = meta_path(out)
         self.plist = plist
@@ -162,7 +209,7 @@ class RegenerateStage(GenerationStage[RegenerateConfig]):
         """Rank 0 (or the one process): parameter check, leftover parts, what is done."""
         out, old, params = self.out, self.old, self.params
         if old is not None:
-            old_params = {"samples": 1, **old.get("params", {})}  # files made before `samples`
+            old_params = {**_IDENTITY_DEFAULTS, **old.get("params", {})}  # older files
             diff = [k for k in _IDENTITY_KEYS if old_params.get(k) != params[k]]
             if diff:
                 raise UserError(
@@ -173,12 +220,16 @@ class RegenerateStage(GenerationStage[RegenerateConfig]):
         rankparts.merge_jsonl_parts(out, self.order, "conversation record")  # of a killed run
         done = set(read_appended_jsonl(out, lambda r: "id" in r, "conversation record",
                                        keep=lambda r: r["id"]))
+        cfg = self.config
         meta = {
             "kind": "eagle3lab-conversations", "eagle3lab": __version__,
             "target": self.tgt.describe(), "prompts": self.fp, "params": params,
-            "batch_size": self.config.batch_size, "limit": self.config.limit,
+            "batch_size": cfg.batch_size, "limit": cfg.limit,
             "records": len(done & self.known), "skipped_too_long": [],
         }
+        if cfg.temperature > 0:  # how a record's `seed` was chosen
+            meta["seeding"] = ("per prompt: seed + prompt index" if cfg.engine == "static"
+                               else "per batch: seed + the batch's first prompt index")
         atomic_write_json(self.mpath, meta)
         return {"done": done, "meta": meta}
 
@@ -186,9 +237,10 @@ class RegenerateStage(GenerationStage[RegenerateConfig]):
         cfg, ranks = self.config, self.ranks
         done, self.meta = state["done"], state["meta"]
         pending = [(i, p) for i, p in enumerate(self.plist) if p.id not in done]
-        # the batches one process forms (so the same padding and seeds), dealt to the ranks
-        batches = [pending[b:b + cfg.batch_size]
-                   for b in range(0, len(pending), cfg.batch_size)]
+        # the batches (static engine: chunks) one process forms (so the same padding and
+        # seeds), dealt to the ranks
+        size = cfg.batch_size * (STATIC_CHUNK_ROWS if cfg.engine == "static" else 1)
+        batches = [pending[b:b + size] for b in range(0, len(pending), size)]
         self.mine = batches[ranks.rank::ranks.world_size]
         dest = rankparts.jsonl_part_path(self.out, ranks.rank) if ranks.many else self.out
         self.tok = tok = self.tgt.tokenizer
@@ -238,6 +290,8 @@ class RegenerateStage(GenerationStage[RegenerateConfig]):
             kept.append((idx, p))
         if not kept:
             return [], 0, skipped
+        if cfg.engine == "static":
+            return self.compute_static(kept, encoded, skipped)
         pad_id = self.pad_id
         width = max(len(e) for e in encoded)
         input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
@@ -258,15 +312,36 @@ class RegenerateStage(GenerationStage[RegenerateConfig]):
         with torch.inference_mode():
             gen = tgt.model.generate(input_ids=input_ids.to(tgt.device),
                                      attention_mask=attn.to(tgt.device), **gen_kwargs)
+        return self.records(kept, encoded, [gen[r, width:].tolist() for r in range(len(kept))],
+                            [batch_seed] * len(kept), skipped)
+
+    def compute_static(self, kept, encoded, skipped):
+        """`compute` of a chunk with the static engine (built once, on the first chunk):
+        its rows stay full while prompts remain; sampled answers seeded per prompt."""
+        cfg = self.config
+        if self.engine is None:
+            self.engine = self.engine_class(self.tgt, None, batch_size=cfg.batch_size,
+                                            prefill_rows=STATIC_PREFILL_ROWS)
+        seeds = [cfg.seed + idx for idx, _ in kept]
+        results = self.engine.generate_many(
+            encoded, max_new_tokens=cfg.max_new_tokens, temperature=float(cfg.temperature),
+            top_p=float(cfg.top_p), seeds=seeds if cfg.temperature > 0 else None,
+            stop_token_ids=self.eos_set, on_done=lambda i, res: self.bar.update(1))
+        return self.records(kept, encoded, [r.output_ids for r in results], seeds, skipped)
+
+    def records(self, kept, encoded, outputs, seeds, skipped):
+        """(records, new tokens, skipped ids): each answer cut after its first stop token
+        and decoded as every engine's is."""
+        cfg = self.config
         records, tokens = [], 0
         for r, (idx, p) in enumerate(kept):
-            resp = gen[r, width:].tolist()
+            resp = outputs[r]
             stop = next((k for k, t in enumerate(resp) if t in self.eos_set), None)
             finish = "stop" if stop is not None else "length"
             resp = resp[:stop + 1] if stop is not None else resp
             text = self.tok.decode(resp, skip_special_tokens=True)
             records.append(conversation_record(p, encoded[r], resp, text, finish,
-                                               batch_seed if cfg.temperature > 0 else None))
+                                               seeds[r] if cfg.temperature > 0 else None))
             tokens += len(resp)
         return records, tokens, skipped
 
@@ -283,7 +358,8 @@ class RegenerateStage(GenerationStage[RegenerateConfig]):
             os.fsync(self.f.fileno())
             self.new_tokens += tokens
             self.new_records += len(records)
-        self.bar.update(len(batch))
+        # the static engine counts its prompts as they finish, here only those skipped
+        self.bar.update(len(batch) if self.config.engine == "hf" else len(result[2]))
         if records:
             self.bar.set_postfix(
                 tok_s=f"{self.new_tokens / max(time.time() - self.t0, 1e-9):.1f}")

@@ -6,6 +6,11 @@ the wrong tokens and nothing errors), and a t2d mask that disagrees with d2t. Th
 built from loss-masked token frequencies (the tokens the drafter must predict), sorted by
 target id so that d2t + arange is strictly increasing, checked, and saved with its sha256
 recorded in the shard manifest so that the drafter and the shards can be matched later.
+
+The counting, the map and the saved bytes are shared with online training
+(`eagle3lab.train.online`, which counts a set of conversations with `token_counts` and
+saves with `vocab_map_bytes` / `vocab_map_entry`), so a map built online equals the one
+`eagle3lab vocab` builds from the same conversations' shards, sha256 included.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ VOCAB_SOURCES = ("counts", "recorded")
 
 
 def token_counts(shards: ShardSet):
-    """Counts of loss-masked target tokens over a shard set (int64 [vocab])."""
+    """Counts of loss-masked target tokens over a shard set (int64 [vocab]); any set with
+    `ids_and_masks()` and a manifest naming the target's vocab size (an online set too)."""
     import torch
 
     counts = torch.zeros(int(shards.manifest["target"]["vocab_size"]), dtype=torch.int64)
@@ -112,8 +118,6 @@ def build_shard_vocab(*, data: str | os.PathLike, draft_vocab_size: int = 8192,
     aux_ids as every entry point reads them: `eagle3lab.targets.auxlayers.parse_aux_ids`).
     source: 'counts' (the loss-masked tokens of the set) or 'recorded' (what the other
     tool recorded: SpecForge's vocab_mapping.pt, speculators' token_freq.pt)."""
-    from safetensors.torch import save_file
-
     if source not in VOCAB_SOURCES:
         raise UserError(f"Unknown vocab map source {source!r}; use one of "
                         f"{', '.join(VOCAB_SOURCES)}.")
@@ -141,21 +145,38 @@ def build_shard_vocab(*, data: str | os.PathLike, draft_vocab_size: int = 8192,
         d2t, t2d = build_vocab_map(counts, draft_vocab_size)
     path = Path(data) / VOCAB_MAP
     with atomic_path(path) as tmp:
-        save_file({"d2t": d2t.contiguous(), "t2d": t2d.contiguous()}, str(tmp),
-                  metadata={"convention": "d2t offsets: target_id = i + d2t[i]"})
+        tmp.write_bytes(vocab_map_bytes(d2t, t2d))
+    entry = vocab_map_entry(counts, t2d, sha256=sha256_file(path),
+                            draft_vocab_size=draft_vocab_size, source=what, source_kind=source,
+                            built_from_tokens=shards.num_tokens)
+    shards.record("vocab_map", entry)
+    return entry
+
+
+def vocab_map_bytes(d2t, t2d) -> bytes:
+    """vocab_map.safetensors' bytes (one metadata key: the same bytes for the same map)."""
+    from safetensors.torch import save
+
+    return save({"d2t": d2t.contiguous(), "t2d": t2d.contiguous()},
+                metadata={"convention": "d2t offsets: target_id = i + d2t[i]"})
+
+
+def vocab_map_entry(counts, t2d, *, sha256: str, draft_vocab_size: int, source: str,
+                    source_kind: str, built_from_tokens: int,
+                    file: str = VOCAB_MAP) -> dict[str, Any]:
+    """What a manifest records of a vocab map: file, sha256, sizes, where the counts came
+    from, and the share of the loss-masked tokens the draft vocabulary covers."""
     total = int(counts.sum())
-    entry = {
-        "file": VOCAB_MAP,
-        "sha256": sha256_file(path),
+    return {
+        "file": file,
+        "sha256": sha256,
         "draft_vocab_size": draft_vocab_size,
         "target_vocab_size": int(counts.numel()),
         "convention": "d2t[i] = target_id(i) - i (offsets); t2d bool mask over target vocab",
-        "source": what,
-        "source_kind": source,
-        "built_from_tokens": shards.num_tokens,
+        "source": source,
+        "source_kind": source_kind,
+        "built_from_tokens": built_from_tokens,
         "loss_tokens": total,
         "distinct_loss_tokens": int((counts > 0).sum()),
         "coverage": (float(counts[t2d].sum()) / total) if total else None,
     }
-    shards.record("vocab_map", entry)
-    return entry

@@ -6,7 +6,9 @@ loader), captured other aux layers than training did, skipped fc on single-layer
 ignored its input norm, or mapped draft ids through a broken d2t, all without an error.
 `inspect_checkpoint` reads headers lazily, checks the checkpoint against the chosen
 engine's profile (profiles.py) and, when given, the target's config, and returns a `Report`
-whose findings carry stable codes (findings.CODES).
+whose findings carry stable codes (findings.CODES). `serving_engines` answers, from the
+same checks, which engines serve a drafter as trained (as it is, or after `eagle3lab
+convert`): the one answer the study's tables and `train`'s warning give.
 """
 
 from __future__ import annotations
@@ -14,16 +16,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from eagle3lab.errors import UserError
 from eagle3lab.formats import values
 from eagle3lab.formats.detect import (DraftConfig, canonical_key, detect_format, key_layout,
-                                      layer_index)
+                                      layer_index, parse_draft_config)
 from eagle3lab.formats.findings import Finding, Report, error, info, warning
 from eagle3lab.formats.opened import drafter_from
-from eagle3lab.formats.profiles import (DEFAULT_ENGINE, INPUT_NORM, EngineProfile, capture_range,
-                                        drafter_profile, engine_key, get_profile)
+from eagle3lab.formats.profiles import (DEFAULT_ENGINE, INPUT_NORM, SGLANG, SGLANG_0523,
+                                        EngineProfile, capture_range, drafter_profile,
+                                        engine_key, get_profile)
 from eagle3lab.formats.reader import Checkpoint
 from eagle3lab.formats.schema import (applies, draft_tensors, engine_capture, engine_ids,
                                       engine_param_keys, engine_required, engine_target_hidden,
@@ -142,7 +145,7 @@ def _structure(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile,
     out += _architecture(cfg, profile)
     out += _shapes(ck, cfg, profile, tinfo)
     out += _hidden(cfg, profile, tinfo)
-    out += _norm_variants(ck, cfg, profile)
+    out += _norm_variants({canonical_key(k) for k in ck.tensors}, cfg, profile)
     out += _aux_layers(profile, cfg, tinfo.num_layers if tinfo else None)
     if profile.name == "vllm":
         out += _vllm_aux_input(cfg, profile)
@@ -337,9 +340,20 @@ def _hidden(cfg: DraftConfig, profile: EngineProfile, tinfo: TargetInfo | None) 
     return out
 
 
-def _norm_variants(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile) -> list[Finding]:
+#: Why an SGLang profile serves a norm variant without it (the sources profiles.py cites).
+_SGLANG_LACKS = {
+    "sglang": "the SGLang releases with the midlayer loader have no such module or flag "
+              "(e.g. commit 03d5a77 of srt/models/llama_eagle3.py)",
+    "norm_before_residual": "no SGLang release keeps the normed hidden state as the first "
+                            "layer's residual (0.5.23: srt/models/llama_eagle3.py:99-100, "
+                            "residual = hidden_states before hidden_norm)",
+}
+
+
+def _norm_variants(present: set[str], cfg: DraftConfig, profile: EngineProfile) -> list[Finding]:
+    """The norm variants training used (config flags, and their weights among `present`,
+    canonical names) against what the engine applies."""
     out: list[Finding] = []
-    present = {canonical_key(k) for k in ck.tensors}
     checks = (("norm_before_fc", profile.input_norm, INPUT_NORM in present, "norm-before-fc"),
               ("fc_norm", profile.fc_norm, any(k.startswith("fc_norm.") for k in present),
                "norm-before-fc"),
@@ -354,11 +368,16 @@ def _norm_variants(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile) -> 
             continue
         what = f"{flag}" + (" (with its weights)" if has_weights else "")
         if support == "never":
+            why = _SGLANG_LACKS.get(flag if flag == "norm_before_residual" else profile.name)
+            newer = (profile.name == SGLANG.name
+                     and getattr(SGLANG_0523, _SUPPORT_FIELD[flag]) != "never")
             out.append(error(code, f"The draft was trained with {what}, which {profile.name} "
-                             f"does not implement: it serves the draft without it, silently. "
-                             f"Options: retrain with {flag}=False; serve the speculators "
-                             f"format with vLLM; or, for SGLang, convert with "
-                             f"--engine sglang-0.5.23 if that release applies it.",
+                             f"does not implement" + (f" ({why})" if why else "")
+                             + f": it serves the draft without it, silently (acceptance "
+                             f"drops, no error). Options: serve the speculators format with "
+                             f"vLLM 0.25.1, which applies it; retrain with {flag}=False"
+                             + ("; or serve with SGLang 0.5.23, which applies it (convert "
+                                "with --engine sglang-0.5.23)" if newer else "") + ".",
                              found=flag))
         elif support == "unverified":
             out.append(warning(code, f"The draft uses {flag}; whether {profile.name} applies it "
@@ -370,14 +389,21 @@ def _norm_variants(ck: Checkpoint, cfg: DraftConfig, profile: EngineProfile) -> 
     return out
 
 
+#: The EngineProfile field that says whether an engine applies each norm flag.
+_SUPPORT_FIELD = {"norm_before_fc": "input_norm", "fc_norm": "fc_norm",
+                  "norm_before_residual": "norm_before_residual", "norm_output": "norm_output"}
+
 #: Where vLLM 0.25.1 reads each norm flag (vllm/model_executor/models/llama_eagle3.py) and
 #: the speculators adapter's default for an absent key (transformers_utils/configs/
-#: speculators/algos.py update_eagle3).
+#: speculators/algos.py update_eagle3). norm_output: the post-norm state is the second
+#: output (:249-254), the one both model runners feed to the next draft step
+#: (v1/worker/gpu/spec_decode/autoregressive/speculator.py:326, v1/spec_decode/
+#: llm_base_proposer.py:595), as speculators' forward feeds it (models/eagle3/core.py:302).
 _VLLM_FLAG_SOURCE = {
-    "norm_before_fc": "llama_eagle3.py:150-154, eagle_config first; algos.py default False",
-    "fc_norm": "llama_eagle3.py:197; algos.py default False",
+    "norm_before_fc": "llama_eagle3.py:150-154, eagle_config first; algos.py:38 default False",
+    "fc_norm": "llama_eagle3.py:197; algos.py:39 default False",
     "norm_before_residual": "llama_eagle3.py:69-72; algos.py:35-37 default TRUE when absent",
-    "norm_output": "llama_eagle3.py:218, :252; algos.py default False",
+    "norm_output": "llama_eagle3.py:218, :252; algos.py:40 default False",
 }
 
 
@@ -559,3 +585,124 @@ def _aux_summary(profile: EngineProfile, cfg: DraftConfig,
 def _short(names: list[str], n: int = 6) -> str:
     names = sorted(names)
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+# -- which engines serve a drafter ------------------------------------------------------
+
+#: The engines `serving_engines` judges, in this order: vLLM 0.25.1, every SGLang release
+#: seen (the portable profile) and SGLang 0.5.23 (the project's pin).
+SERVING_ENGINES = ("vllm", "sglang", "sglang-0.5.23")
+
+#: Finding codes about the drafter itself, which `eagle3lab convert` carries over to the
+#: other format unchanged (the layout codes, keys-layout, architecture and aux-layers, are
+#: what it rewrites).
+_CARRIED = ("unreadable", "nonfinite", "vocab-map", "shape", "fc-dim", "hidden-size",
+            "missing-keys", "norm-before-fc", "norm-variant")
+
+
+@dataclasses.dataclass(frozen=True)
+class Serving:
+    """Whether one engine serves a drafter as it was trained. `via`: "as is", or the
+    `eagle3lab convert` command that brings it to the engine's format; `findings`: the
+    errors that stop it (none: it serves)."""
+
+    engine: str
+    via: str
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def serves(self) -> bool:
+        return not self.findings
+
+    @property
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+    def reason(self) -> str:
+        if self.serves:
+            return f"{self.engine} serves it {self.via}"
+        f = self.findings[0]
+        return f"{self.engine} does not serve it: [{f.code}] {f.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "serves": self.serves, "via": self.via,
+                "codes": self.codes, "reason": self.reason()}
+
+
+def serving_engines(drafter: str | os.PathLike | OpenedDrafter, *,
+                    target: str | os.PathLike | None = None,
+                    engines: Iterable[str] = SERVING_ENGINES,
+                    check_values: bool = True) -> dict[str, Serving]:
+    """Which engines serve `drafter` as trained (engine -> `Serving`). A drafter in the
+    engine's own format (speculators' for vLLM, the flat EAGLE-3 one for SGLang), or one it
+    reads without a finding, is judged by the doctor's whole report for that engine (every
+    error stops it). Any other reaches the engine through `eagle3lab convert`, which
+    rewrites the layout (names, config layout, where and in which convention the aux ids
+    are) and refuses what no layout change fixes: the engine is then judged by the
+    findings that survive conversion (`_CARRIED`: the norm variants it does not implement,
+    NaN, a broken vocab map, shapes) and by the converter's one decoder layer; convert
+    refuses such a drafter with the same code (tests/train/test_recipe.py)."""
+    out: dict[str, Serving] = {}
+    with drafter_from(drafter) as opened:
+        cfg = opened.parsed_config
+        for engine in engines:
+            profile = get_profile(engine)
+            report = inspect_checkpoint(opened, target=target, engine=engine,
+                                        check_values=check_values)
+            if cfg.layout == _own_layout(profile) or (report.ok and
+                                                      _reads_layout(profile, cfg)):
+                out[engine] = Serving(engine, "as is", tuple(report.errors()))
+                continue
+            stops = [f for f in report.errors() if f.code in _CARRIED]
+            if (cfg.num_hidden_layers or 1) > 1:
+                stops.append(error("keys-layout", f"The draft has {cfg.num_hidden_layers} "
+                                   f"decoder layers; eagle3lab convert exports one.",
+                                   expected=1, found=cfg.num_hidden_layers))
+            out[engine] = Serving(engine, _convert_via(profile, opened.given), tuple(stops))
+    return out
+
+
+def serving_engines_of_config(config: dict[str, Any], tensors: Iterable[str], *,
+                              engines: Iterable[str] = SERVING_ENGINES) -> dict[str, Serving]:
+    """`serving_engines` for a drafter not saved yet (`train` judges its flags before the
+    first step): its speculators config (`config.to_dict()`) and tensor names, judged on
+    the norm variants alone, by the same rules."""
+    cfg = parse_draft_config(config)
+    present = {canonical_key(k) for k in tensors}
+    out: dict[str, Serving] = {}
+    for engine in engines:
+        profile = get_profile(engine)
+        stops = [f for f in _norm_variants(present, cfg, profile) if f.severity == "error"]
+        via = "as is" if cfg.layout == _own_layout(profile) else _convert_via(profile,
+                                                                              "DRAFTER")
+        out[engine] = Serving(engine, via, tuple(stops))
+    return out
+
+
+def serving_line(verdicts: dict[str, Serving]) -> str:
+    """The verdicts in one line: which engines serve the drafter, which do not and why
+    (codes and the flags or tensors they name)."""
+    def why(f: Finding) -> str:
+        return f"{f.code}: {f.found}" if isinstance(f.found, str) else f.code
+
+    yes = [v.engine for v in verdicts.values() if v.serves]
+    no = [f"{v.engine} ({', '.join(dict.fromkeys(why(f) for f in v.findings))})"
+          for v in verdicts.values() if not v.serves]
+    return "; ".join(([f"not served by {', '.join(no)}"] if no else [])
+                     + [f"served by {', '.join(yes)}" if yes else "served by none of them"])
+
+
+def _reads_layout(profile: EngineProfile, cfg: DraftConfig) -> bool:
+    """Whether the engine reads this config layout as it is (vLLM also reads speculators')."""
+    return cfg.layout == profile.config_layout or (profile.name == "vllm"
+                                                    and cfg.layout == "speculators")
+
+
+def _own_layout(profile: EngineProfile) -> str:
+    """The config layout `eagle3lab convert` writes for this engine."""
+    return "flat" if profile.name.startswith("sglang") else "speculators"
+
+
+def _convert_via(profile: EngineProfile, given: Any) -> str:
+    to = "sglang" if _own_layout(profile) == "flat" else "speculators"
+    return f"after `eagle3lab convert {given} OUT --to {to} --engine {profile.name}`"

@@ -6,7 +6,9 @@ acceptance measurements on a real target that take an hour because prompts go on
 time. `BatchedEngine` decodes plainly (no drafter) or speculatively (chain or tree,
 greedy, or rejection sampling for chains) with the forwards of `staticmodel`, B rows at
 once; each row holds one prompt at its own length (ragged), accepts its own number of
-drafts per step, and is refilled with the next prompt when it finishes. Per request it
+drafts per step, and is refilled with the next prompt when it finishes (plain decoding
+can prefill the rows refilled at once in one left-padded forward, `prefill_rows`: at a
+large batch one eager prefill per prompt costs more than the decode steps). Per request it
 returns the same `GenerationResult` (raw counts) as `SpecEngine`/`PlainEngine`, and it
 follows their algorithm step for step (the same drafting, tree selection, acceptance
 rule, per-request sampling generator and draw order), so on a CPU in fp32 its outputs
@@ -45,6 +47,8 @@ from eagle3lab.targets.auxlayers import AuxLayers
 
 #: kv_len buckets: attention reads the cache up to the next multiple of this.
 KV_BUCKET = 128
+#: A grouped prefill's padded tokens at most (rows x longest prompt): bounds its masks.
+PREFILL_TOKENS = 32768
 
 
 def check_batch_size(batch_size) -> None:
@@ -78,7 +82,7 @@ class BatchedEngine:
     def __init__(self, target, drafter=None, *, capture_points: list[int] | None = None,
                  steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
                  features: str = "fused", batch_size: int = 1, graphs: bool | None = None,
-                 compile: bool = False):
+                 compile: bool = False, prefill_rows: int = 1):
         why = unsupported_reason(target.model.config, model=target.model)
         if why:
             raise UserError(f"The static engine cannot run the target {target.name}: {why}. "
@@ -88,6 +92,10 @@ class BatchedEngine:
         self.target, self.drafter = target, drafter
         self.tokenizer = target.tokenizer
         self.batch_size = batch_size
+        #: rows newly filled at once prefilled together in one forward (plain decoding
+        #: only; left-padded, `_prefill_rows`): one eager forward per prompt otherwise
+        #: costs more than a decode step of the whole batch on a GPU
+        self.prefill_rows = max(1, min(prefill_rows, batch_size)) if drafter is None else 1
         self.steps, self.topk = steps, topk
         self.draft_tokens = resolve_draft_shape(steps, topk, draft_tokens) if drafter else 1
         self.features = features
@@ -241,22 +249,39 @@ class BatchedEngine:
 
         def fill() -> None:
             nonlocal prefill_s
-            for b in range(B):
-                while rows[b] is None and queue:
-                    i = queue.pop()
+            while queue:  # the free rows, lowest first, `prefill_rows` prompts at a time
+                group, longest = [], 0
+                for b in (b for b in range(B) if rows[b] is None):
+                    if not queue or len(group) == self.prefill_rows:
+                        break
+                    n = max(longest, len(prompts[queue[-1]]))
+                    if group and n * (len(group) + 1) > PREFILL_TOKENS:
+                        break
+                    i, longest = queue.pop(), n
                     gen = (torch.Generator().manual_seed(seeds[i]) if seeds[i] is not None
                            else None)
                     r = _Row(i, list(prompts[i]), gen, stops)
                     r.hist = [0] * (self.steps + 1)  # acc <= S (tree: depth <= S)
                     rows[b] = r
-                    t0 = time.perf_counter()
-                    self._prefill(b, r, sample)
+                    group.append(b)
+                if not group:
+                    break
+                t0 = time.perf_counter()
+                if len(group) > 1:
+                    self._prefill_rows([(b, rows[b]) for b in group], sample)
+                else:
+                    self._prefill(group[0], rows[group[0]], sample)
+                for b in group:
+                    r = rows[b]
                     self._L[b], self._x[b], self._live[b] = r.L, r.x, 1
                     if fast and self.drafter is not None:
                         self._first_drafts(b, r.L)  # its first chain or tree
-                    self._sync()
-                    r.prefill_s = time.perf_counter() - t0
-                    prefill_s += r.prefill_s
+                self._sync()
+                dt = time.perf_counter() - t0
+                prefill_s += dt
+                for b in group:
+                    r = rows[b]
+                    r.prefill_s = dt
                     r.t_decode = time.perf_counter()
                     r.capture0 = self.graphs.capture_s
                     if on_step is not None:
@@ -336,6 +361,38 @@ class BatchedEngine:
         self._dl[b] = d_logits[0, -1]
         self._dh[b] = d_out[0, -1]
         self._dtok[b] = d_tok[0, -1]
+
+    def _prefill_rows(self, group: list[tuple[int, _Row]], sample: dict) -> None:
+        """`_prefill` of several rows in one target forward (plain decoding): the prompts
+        left-padded to the longest, n, so that every row's last token is the forward's
+        last; a row's prompt token k sits at position and slot k, sees slots 0..k, and its
+        keys/values land in its own row of the cache; pad token i writes slot len+i, past
+        the prompt, which the row's decoding overwrites before any token sees it (a pad
+        sees only itself: no empty attention row, no NaN in the cache)."""
+        torch = self._torch
+        dev = self.device
+        k, n = len(group), max(len(r.ids) for _, r in group)
+        ids, pos, write = (torch.zeros(k, n, dtype=torch.long) for _ in range(3))
+        anc = torch.zeros(k, n, n, dtype=torch.bool)
+        tri = torch.ones(n, n, dtype=torch.bool).tril()
+        for j, (_, r) in enumerate(group):  # built on the host, moved once
+            m, pad = len(r.ids), n - len(r.ids)
+            ids[j, pad:] = torch.tensor(r.ids)
+            pos[j, pad:] = torch.arange(m)
+            write[j] = torch.cat([torch.arange(m, n), torch.arange(m)])
+            anc[j, pad:, :m] = tri[:m, :m]
+            anc[j, torch.arange(pad), torch.arange(m, n)] = True
+        kv_len = self._kv_len(n)
+        tmp = self.tf.new_cache(batch=k, max_len=kv_len, dtype=self.target.dtype, device=dev)
+        logits, _, _ = self.tf(tmp.data, ids.to(dev), pos.to(dev),
+                               torch.zeros(k, dtype=torch.long, device=dev), write.to(dev),
+                               anc.to(dev), kv_len=kv_len, last_only=True)
+        rows = torch.tensor([b for b, _ in group], device=dev)
+        self.kv_t.data[:, :, rows, :, :kv_len] = tmp.data
+        last = logits[:, -1].float().cpu()
+        for j, (_, r) in enumerate(group):
+            r.x = sample_token(last[j], sample["temperature"], sample["top_p"], r.gen)
+            r.out.append(r.x)
 
     # --- steps ---------------------------------------------------------------------------
     def _lengths(self, rows):

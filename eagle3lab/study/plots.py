@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from eagle3lab.study.atscale_read import equal_compute_table, final_values
+from eagle3lab.study.gap import _short
 from eagle3lab.study.plateau import detect_plateau
 from eagle3lab.train.counts import read_metrics
 
@@ -227,5 +229,244 @@ def plot_data_scaling(scaling, *, metrics: Sequence[str] = ("eval_full_acc_0",
         ax.set_title(f"{metric} on the same held-out shards")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+# --- the at-scale study (eagle3lab.study.atscale_read) ---------------------------------------
+def _arm_colors(arms) -> dict[str, str]:
+    """One colour per arm, in the order given."""
+    return {a: f"C{k % 10}" for k, a in enumerate(dict.fromkeys(arms))}
+
+
+def _seed_style(seed) -> str:
+    return ("-", "--", ":", "-.")[int(seed or 0) % 4]
+
+
+def _tokens_axis(ax, label: str) -> None:
+    """A log token axis labelled 100k / 1M / 10M; minor ticks (2, 3, 5 x 10^k) labelled
+    only on an axis that spans under ~1.3 decades, where majors are too few."""
+    import math
+
+    from matplotlib.ticker import FuncFormatter
+
+    def minor(v, _):
+        lo, hi = ax.get_xlim()
+        lead = round(v / 10 ** math.floor(math.log10(v))) if v > 0 else 0
+        return _short(v) if 0 < lo and hi / lo < 20 and lead in (2, 3, 5) else ""
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _short(v)))
+    ax.xaxis.set_minor_formatter(FuncFormatter(minor))
+    ax.set_xlabel(label + " (log scale)")
+    ax.grid(alpha=0.3, which="both")
+
+
+def plot_atscale_curves(results, *, metric: str = "eval_loss_mean", runs: Sequence[str] = (),
+                        logx: bool = True):
+    """Eval `metric` against tokens processed for every run with curves: one panel per
+    group (data arms at each weight decay, regeneration, recipe), one colour per arm,
+    seeds by line style; a triangle where the plateau rule FIRST called a plateau (at its
+    level, dotted line at its start), a star at a late drop (grokking), and the run's
+    plateau start at the end (square) where it differs. `runs`: only these."""
+    import matplotlib.pyplot as plt
+
+    cur = results.curves
+    if runs:
+        cur = cur[cur["run"].isin(list(runs))]
+    cur = cur[cur[metric].notna()] if metric in cur.columns else cur.iloc[0:0]
+    if logx:
+        cur = cur[cur["tokens"] > 0]
+    arms = results.arms[results.arms["run"].isin(cur["run"].unique())]
+
+    def group(a) -> str:
+        return f"data arms, weight decay {a['weight_decay']:g}" if a["kind"] == "data" \
+            else {"regen": "regeneration arms", "recipe": "recipe arms"}.get(a["kind"], a["kind"])
+
+    kinds = {"data": 0, "regen": 1, "recipe": 2}
+    groups = list(dict.fromkeys(group(a) for _, a in arms.assign(
+        _k=arms["kind"].map(kinds).fillna(3)).sort_values(["_k", "weight_decay"]).iterrows())
+    ) or ["no curves yet"]
+    fig, axes = plt.subplots(1, len(groups), figsize=(5.6 * len(groups), 4.2), squeeze=False,
+                             sharey=True)
+    colors = _arm_colors(arms.sort_values(["kind", "unique_tokens"])["arm"])
+    pl = results.plateaus.set_index("run") if len(results.plateaus) else None
+    for _, a in arms.iterrows():
+        ax = axes[0][groups.index(group(a))]
+        d = cur[cur["run"] == a["run"]]
+        c = colors[a["arm"]]
+        first_seed = a["seed"] == arms[arms["arm"] == a["arm"]]["seed"].min()
+        ax.plot(d["tokens"], d[metric], color=c, ls=_seed_style(a["seed"]), lw=1.4, marker=".",
+                ms=3, label=f"{a['arm']} ({_short(a['unique_tokens'] or 0)} unique)"
+                if first_seed else None)
+        p = pl.loc[a["run"]] if pl is not None and a["run"] in pl.index else None
+        if p is None or p["first_start"] is None or p["first_start"] != p["first_start"]:
+            continue
+        if p["metric"] == metric:
+            ax.axvline(p["first_start"], color=c, ls=":", lw=0.8)
+            ax.plot([max(p["first_start"], d["tokens"].min())], [p["first_level"]],
+                    marker="v", color=c, ms=8, ls="none")
+            if p["late_drop"]:
+                ax.plot([p["drop_at"]], [p["drop_best"]], marker="*", color=c, ms=14,
+                        ls="none", label=f"late drop: {a['run']}")
+            if p["plateaued"] and p["start"] != p["first_start"]:
+                ax.plot([p["start"]], [p["level"]], marker="s", color=c, ms=6, ls="none")
+    for ax, g in zip(axes[0], groups):
+        ax.set_title(g, fontsize=10)
+        if logx:
+            _tokens_axis(ax, "tokens processed")
+        else:
+            ax.set_xlabel("tokens processed")
+            ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel(metric + (" (nats)" if "loss" in metric else ""))
+    fig.suptitle(f"{metric} during training at equal compute ({results.tokens_per_run:,} "
+                 f"tokens per run); v: plateau first called, *: late drop, square: final "
+                 f"plateau start; line style: seed", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_atscale_arms(results, *, metrics: Sequence[str] = ("eval_loss_mean",
+                                                            "tau@5,1,6")):
+    """The equal-compute table drawn: one panel per metric (those measured), one bar per
+    arm at its mean over seeds, each seed a dot, the min-max range as a line."""
+    import matplotlib.pyplot as plt
+
+    table, fin = equal_compute_table(results), final_values(results)
+    metrics = [m for m in metrics if m in table.columns and table[m].notna().any()] or [
+        "eval_loss_mean"]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(max(5.0, 0.7 * len(table) + 2.5)
+                                                       * len(metrics), 4.2), squeeze=False)
+    for ax, m in zip(axes[0], metrics):
+        for j, (_, r) in enumerate(table.iterrows()):
+            if r[m] is None or r[m] != r[m]:
+                continue
+            ax.bar(j, r[m], color=f"C{j % 10}", alpha=0.45)
+            ax.plot([j, j], [r[f"{m}_min"], r[f"{m}_max"]], color="k", lw=1.5)
+            v = fin[fin["arm"] == r["arm"]][m].dropna()
+            ax.scatter([j] * len(v), v, color="k", s=14, zorder=3)
+        ax.set_xticks(range(len(table)), [f"{a}\n{int(s)} of {int(p)} seeds" for a, s, p in
+                                          zip(table["arm"], table["seeds"],
+                                              table["seeds_planned"])],
+                      rotation=60, ha="right", fontsize=7)
+        lo = table[f"{m}_min"].dropna()
+        if len(lo) and "loss" in m:
+            ax.set_ylim(lo.min() * 0.97, table[f"{m}_max"].max() * 1.01)
+        ax.set_ylabel(m.replace("tau@", "live tau at ") + (" (nats)" if "loss" in m else ""))
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"Equal compute ({results.tokens_per_run:,} tokens per run): bars = mean "
+                 f"over seeds, dots = seeds, lines = seed range", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_live_tau(results, *, weight_decay: float | None = None):
+    """Live tau (static engine, greedy) of the data arms at one weight decay (default: the
+    study's first; our recipe): left, the final drafters against unique answer tokens, one
+    line per draft shape through the seed means (seeds as dots); then one panel per shape
+    against tokens processed (every live point of every run, one colour per arm, seeds by
+    line style)."""
+    import matplotlib.pyplot as plt
+
+    wd = weight_decay if weight_decay is not None else \
+        results.study["config"]["weight_decays"][0]
+    lv = results.live
+    lv = lv[(lv["kind"] == "data") & (lv["recipe"] == "eagle3lab")
+            & (lv["weight_decay"] == wd)]
+    settings = [s for s in results.settings if (lv["setting"] == s).any()]
+    fig, axes = plt.subplots(1, 1 + len(settings), figsize=(5.0 * (1 + len(settings)), 4.0),
+                             squeeze=False)
+    ax = axes[0][0]
+    fin = lv[lv["final"]]
+    for k, s in enumerate(settings):
+        d = fin[fin["setting"] == s]
+        m = d.groupby("unique_tokens")["tau"].mean()
+        ax.plot(m.index, m.values, color=f"C{k}", marker="o", label=f"{s} (S,K,D)")
+        ax.scatter(d["unique_tokens"], d["tau"], color=f"C{k}", s=10, alpha=0.6)
+    _tokens_axis(ax, "unique answer tokens (final drafters)")
+    ax.set_ylabel("live tau (tokens per verify, bonus included)")
+    ax.set_title(f"final drafters, weight decay {wd:g}", fontsize=10)
+    ax.legend(fontsize=7)
+    colors = _arm_colors(lv.sort_values("unique_tokens")["arm"])
+    for ax, s in zip(axes[0][1:], settings):
+        d = lv[lv["setting"] == s]
+        for run, g in d.groupby("run", sort=False):
+            g = g.sort_values("tokens")
+            a = g.iloc[0]
+            ax.plot(g["tokens"], g["tau"], color=colors[a["arm"]], ls=_seed_style(a["seed"]),
+                    marker="o", ms=3, label=f"{_short(a['unique_tokens'] or 0)} unique"
+                    if a["seed"] == d[d["arm"] == a["arm"]]["seed"].min() else None)
+        _tokens_axis(ax, "tokens processed")
+        ax.set_title(f"live tau at {s} along training", fontsize=10)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sim_vs_live(results):
+    """How far the teacher-forced curves predict serving: at every live point, the live
+    tau against the teacher-forced chain estimate 1 + sum_{i<S} full_acc_i at the nearest
+    evaluation (S: the shape's draft steps), one colour per shape; the diagonal is
+    "the curves predict serving exactly"."""
+    import matplotlib.pyplot as plt
+
+    lv = results.live[results.live["sim_chain"].notna()]
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    for k, s in enumerate(results.settings):
+        d = lv[lv["setting"] == s]
+        if len(d):
+            ax.scatter(d["sim_chain"], d["tau"], color=f"C{k}", s=18, alpha=0.8,
+                       label=f"{s}: {len(d)} checkpoints")
+    if len(lv):
+        lo = min(lv["sim_chain"].min(), lv["tau"].min())
+        hi = max(lv["sim_chain"].max(), lv["tau"].max())
+        ax.plot([lo, hi], [lo, hi], color="k", ls="--", lw=1, label="live = teacher-forced")
+    ax.set_xlabel("teacher-forced chain estimate 1 + sum_{i<S} full_acc_i")
+    ax.set_ylabel("live tau (static engine)")
+    ax.set_title("Curves vs serving, same checkpoints"
+                 + ("" if len(lv) else "\n(no live point with a teacher-forced estimate)"),
+                 fontsize=10)
+    ax.grid(alpha=0.3)
+    if len(lv):
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_tau_fit(fit, *, needs: Sequence[Any] = (), goals: Sequence[float] = (3.0, 3.5),
+                 label: str = "live tau"):
+    """The planner: measured points, the fitted curve with its bootstrap 90% band, the
+    goals as horizontal lines, and where the fit reaches each (`needs`: tokens_for's
+    answers; a shaded span for the range); a dashed ceiling for the saturating model."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    xs = np.array([t for t, _ in fit.points])
+    reach = [n.estimate for n in needs if n.reachable and n.estimate]
+    hi = max([xs.max() * 3] + [min(r * 2, xs.max() * 1e4) for r in reach])
+    grid = np.geomspace(xs.min() / 2, hi, 200)
+    fig, ax = plt.subplots(figsize=(7, 4.4))
+    ax.scatter(xs, [v for _, v in fit.points], color="k", s=18, zorder=3, label="measured")
+    ax.plot(grid, fit.predict(grid), color="C0", lw=2, label=f"{fit.model} fit")
+    if fit.boot:
+        ax.fill_between(grid, *fit.band(grid), color="C0", alpha=0.15, lw=0,
+                        label="90% bootstrap band")
+    if fit.ceiling is not None:
+        ax.axhline(fit.ceiling, color="C0", ls="--", lw=1, label=f"ceiling {fit.ceiling:.3g}")
+    for k, g in enumerate(goals):
+        ax.axhline(g, color=f"C{k + 1}", ls=":", lw=1.2, label=f"goal {g:g}")
+    for k, n in enumerate(needs):
+        c = f"C{[*goals].index(n.goal) + 1 if n.goal in goals else k + 1}"
+        if n.reachable:
+            ax.axvline(n.estimate, color=c, lw=1.2)
+            if n.low is not None:
+                ax.axvspan(n.low, n.high if n.high is not None else hi, color=c, alpha=0.1)
+            ax.annotate(f"{_short(n.estimate)}", (n.estimate, n.goal), xytext=(4, 4),
+                        textcoords="offset points", fontsize=8, color=c)
+    _tokens_axis(ax, "unique answer tokens")
+    ax.set_ylabel(label)
+    ax.set_title("Planner: tokens for a tau goal", fontsize=10)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

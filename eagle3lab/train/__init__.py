@@ -11,6 +11,8 @@ Prevents three silent failures of drafter training, one module each:
   exactly what an uninterrupted run logs; a NaN/inf loss stops the run naming the step and
   the samples, keeping the last good checkpoint.
 
+`online.py` trains without shards: `OnlineSet`, conversations whose states the target
+computes inside the loop with extract's capture (`train(online=True, ...)`).
 `evaluation.py` holds `evaluate`, the code behind every eval line. This file only
 re-exports the public names, so `from eagle3lab.train import X` works for each of them.
 """
@@ -22,9 +24,10 @@ from eagle3lab.train.evaluation import evaluate
 from eagle3lab.train.loop import TrainingDiverged, train, train_run
 from eagle3lab.train.model import (build_drafter, check_drafter_against_shards, draft_layer_config,
                                    load_drafter, match_final_state)
+from eagle3lab.train.online import OnlineSet
 
 __all__ = [
-    "ENGINE_PROFILES", "RUN_FORMAT", "RUN_VERSION", "PackedData", "TrainConfig",
+    "ENGINE_PROFILES", "OnlineSet", "RUN_FORMAT", "RUN_VERSION", "PackedData", "TrainConfig",
     "TrainingDiverged", "build_drafter", "check_drafter_against_shards", "draft_layer_config",
     "evaluate", "is_finished", "load_drafter", "match_final_state", "pack_drafter",
     "read_run", "shard_identity", "split_samples",

@@ -8,6 +8,11 @@ Prevents training on data that is not what the run says it is:
   sampler, whose order depends only on seed + epoch (and the micro-batches per step);
 - held-out samples leaking into training: one permutation by data_seed puts them first,
   and data fractions take nested prefixes of the rest (`split_samples`).
+
+The set may be a ShardSet or anything with its interface: an online set
+(train/online.py), whose `samples(batch)` computes a batch's states together, is read
+through the same packing, pairing and identity checks (its identity adds the conversations'
+sha256 and the states' dtype).
 """
 
 from __future__ import annotations
@@ -102,8 +107,9 @@ class PackedData:
         from speculators.train.data import CollateFn
 
         samples = []
-        for i in batch:
-            s = self.shards[int(i)]
+        together = getattr(self.shards, "samples", None)  # an online set: one forward
+        for s in (together([int(i) for i in batch]) if together is not None
+                  else (self.shards[int(i)] for i in batch)):
             n = int(s["input_ids"].shape[0])
             s["lengths"] = torch.tensor([n], dtype=torch.long)
             s["position_ids"] = torch.arange(n, dtype=torch.long)
@@ -145,13 +151,16 @@ def split_samples(n: int, *, eval_fraction: float | None, data_fraction: float,
 def shard_identity(shards) -> dict[str, Any]:
     """What a run records about a shard set, and what must match to resume into it."""
     m = shards.manifest
-    return {"path": str(Path(shards.path).resolve()), "format": getattr(shards, "TOOL", None)
-            or "eagle3lab", "final_state": m.get("final_state", "pre_norm"),
-            "target": m["target"],
-            "aux_layers": m["aux_layers"], "dtype": m.get("dtype"),
-            "conversations_sha256": m.get("conversations", {}).get("sha256"),
-            "vocab_map_sha256": (m.get("vocab_map") or {}).get("sha256"),
-            "samples": len(shards), "tokens": shards.num_tokens}
+    ident = {"path": str(Path(shards.path).resolve()), "format": getattr(shards, "TOOL", None)
+             or "eagle3lab", "final_state": m.get("final_state", "pre_norm"),
+             "target": m["target"],
+             "aux_layers": m["aux_layers"], "dtype": m.get("dtype"),
+             "conversations_sha256": m.get("conversations", {}).get("sha256"),
+             "vocab_map_sha256": (m.get("vocab_map") or {}).get("sha256"),
+             "samples": len(shards), "tokens": shards.num_tokens}
+    if m.get("source"):  # an online set: "online"
+        ident["source"] = m["source"]
+    return ident
 
 
 _IDENTITY_CHECKS = (("hidden size", ("target", "hidden_size")),
@@ -159,6 +168,10 @@ _IDENTITY_CHECKS = (("hidden size", ("target", "hidden_size")),
                     ("target config sha256", ("target", "config_sha256")),
                     ("aux capture points", ("aux_layers", "capture_points")),
                     ("vocab map sha256", ("vocab_map_sha256",)))
+#: What an online run's data must match too: the same conversations, states in one dtype.
+_ONLINE_CHECKS = (("data source", ("source",)),
+                  ("conversations sha256", ("conversations_sha256",)),
+                  ("states dtype", ("dtype",)))
 
 
 def compare_identity(old: dict, new: dict, what: str, path) -> None:
@@ -168,11 +181,14 @@ def compare_identity(old: dict, new: dict, what: str, path) -> None:
             d = (d or {}).get(k)
         return d
 
-    diff = [f"{name}: {what} {get(old, ks)}, shards {get(new, ks)}"
-            for name, ks in _IDENTITY_CHECKS if get(old, ks) != get(new, ks)]
+    online = "online" in (old.get("source"), new.get("source"))
+    noun = "conversations" if online else "shards"
+    checks = _IDENTITY_CHECKS + (_ONLINE_CHECKS if online else ())
+    diff = [f"{name}: {what} {get(old, ks)}, {noun} {get(new, ks)}"
+            for name, ks in checks if get(old, ks) != get(new, ks)]
     if diff:
-        raise UserError(f"The shards in {path} do not match {what}: " + "; ".join(diff)
-                        + ". Resume with the shards the run was started on, or start a new "
+        raise UserError(f"The {noun} in {path} do not match {what}: " + "; ".join(diff)
+                        + f". Resume with the {noun} the run was started on, or start a new "
                         "run directory.")
 
 
@@ -206,19 +222,34 @@ def prepare_data(cfg: TrainConfig, *, verify: bool = True, verbose: bool = True)
         ev.check_against(hidden_size=t["hidden_size"], aux=shards.aux,
                          vocab_size=t["vocab_size"], config_sha256=t["config_sha256"],
                          what=f"the training shards ({shards.path})")
-        train_idx, _ = split_samples(len(shards), eval_fraction=None,
-                                     data_fraction=cfg.data_fraction, data_seed=cfg.data_seed)
-        eval_data = PackedData(ev, range(len(ev)), cfg.max_tokens_per_batch)
-        note = f"eval split: {ev.path} ({len(ev)} samples)"
     else:
-        train_idx, eval_idx = split_samples(len(shards), eval_fraction=cfg.eval_fraction,
+        ev = None
+    train_data, eval_data, note = packed_splits(cfg, shards, ev, verbose=verbose)
+    return shards, train_data, eval_data, note, d2t, t2d, target_path
+
+
+def packed_splits(cfg: TrainConfig, train_set, eval_set=None, *, unit: str = "samples",
+                  eval_option: str = "eval_data", verbose: bool = True):
+    """(train PackedData, eval PackedData, eval note): the held-out set given, or
+    eval_fraction of the train set held out; the data_fraction subset of the rest
+    (`split_samples`). unit / eval_option: what the note calls a sample and the held-out
+    option (online: conversations, eval_conversations)."""
+    if eval_set is not None:
+        train_idx, _ = split_samples(len(train_set), eval_fraction=None,
+                                     data_fraction=cfg.data_fraction, data_seed=cfg.data_seed)
+        eval_data = PackedData(eval_set, range(len(eval_set)), cfg.max_tokens_per_batch)
+        note = f"eval split: {eval_set.path} ({len(eval_set)} {unit})"
+    else:
+        train_idx, eval_idx = split_samples(len(train_set), eval_fraction=cfg.eval_fraction,
                                             data_fraction=cfg.data_fraction,
                                             data_seed=cfg.data_seed)
-        eval_data = PackedData(shards, eval_idx, cfg.max_tokens_per_batch)
-        note = (f"warning: no eval_data given; holding out {len(eval_idx)} of {len(shards)} "
-                f"training samples (eval_fraction={cfg.eval_fraction}). Held-out prompts "
-                f"(`--eval-data`) measure generalisation better.")
+        eval_data = PackedData(train_set, eval_idx, cfg.max_tokens_per_batch)
+        note = (f"warning: no {eval_option} given; holding out {len(eval_idx)} of "
+                f"{len(train_set)} training {unit} (eval_fraction={cfg.eval_fraction}). "
+                f"Held-out prompts (`--{eval_option.replace('_', '-')}`) measure "
+                f"generalisation better.")
         if verbose:
             print(note)
-    train_data = PackedData(shards, train_idx, cfg.max_tokens_per_batch, pad=cfg.pad_batches)
-    return shards, train_data, eval_data, note, d2t, t2d, target_path
+    train_data = PackedData(train_set, train_idx, cfg.max_tokens_per_batch,
+                            pad=cfg.pad_batches)
+    return train_data, eval_data, note

@@ -4,6 +4,9 @@ Prevents silently training on NaN: a NaN/inf loss or gradient stops the run nami
 step, the per-position losses, the lr and any samples with non-finite features, marks the
 run failed in run.json and keeps the last good checkpoint (`TrainingDiverged`).
 
+Online (`cfg.online`, train/online.py) the same loop reads an online set: the target
+computes each micro-batch's states as it is collated, in this process (no data workers).
+
 Under torchrun every rank runs this loop (train/distributed.py: DDP or FSDP2, the data
 shared out per optimizer step by `PackedData.steps`, one all-reduce per step for the raw
 counts and the NaN flag, so every rank stops at the same step; rank 0 logs and writes). One
@@ -34,12 +37,13 @@ from eagle3lab.targets.adapter import resolve_device
 from eagle3lab.train import distributed
 from eagle3lab.train.checkpoints import (RUN_FORMAT, RUN_VERSION, list_checkpoints, load_checkpoint,
                           read_run, save_checkpoint, save_final, truncate_metrics, versions)
-from eagle3lab.train.config import ENGINE_PROFILES, TrainConfig, check_resume_settings
+from eagle3lab.train.config import TrainConfig, check_resume_settings
 from eagle3lab.train.counts import (METRIC_DEFINITIONS, count_keys, step_count_tensor,
                                     summarize_counts)
 from eagle3lab.train.data import PackedData, compare_identity, prepare_data, shard_identity
 from eagle3lab.train.evaluation import evaluate
 from eagle3lab.train.model import build_drafter, init_from, match_final_state
+from eagle3lab.train.online import prepare_online, warm_cache
 from eagle3lab.workdir import FINAL
 
 
@@ -180,8 +184,9 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
             return previous["summary"]
         distributed.check_resume_world(previous.get("distributed"), ranks, out)
 
-    shards, train_data, eval_data, eval_note, d2t, t2d, target_path = prepare_data(
-        cfg, verify=verify, verbose=d.main)
+    shards, train_data, eval_data, eval_note, d2t, t2d, target_path = (
+        prepare_online(cfg, dist=d, verbose=d.main, previous=previous) if cfg.online
+        else prepare_data(cfg, verify=verify, verbose=d.main))
     if previous:
         compare_identity(previous["data"]["train"], shard_identity(shards),
                          f"the run in {out}", shards.path)
@@ -192,7 +197,8 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
     aux = shards.aux
     drafter = build_drafter(target_path=target_path, aux=aux, d2t=d2t, t2d=t2d,
                             serve_engine=cfg.serve_engine, ttt_steps=cfg.ttt_steps,
-                            num_layers=cfg.num_layers, attn=cfg.draft_attn)
+                            num_layers=cfg.num_layers, attn=cfg.draft_attn,
+                            flags=cfg.drafter_flags(), warn=d.main)
     match_final_state(drafter, shards)
     if cfg.init_from:
         init_from(drafter, cfg.init_from, shards, d2t)
@@ -219,6 +225,8 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
         state = load_checkpoint(ckpts[-1], drafter, opt, sched, dist=d)
         if d.main:
             print(f"train: resuming {out} from {ckpts[-1].name} (step {state['step']}).")
+        if cfg.online and cfg.states_cache:
+            warm_cache(train_data, cfg, d, state)
     d.barrier()  # every rank has read the run directory before rank 0 rewrites it
     if d.main:
         truncate_metrics(metrics_path, state["step"] if ckpts else -1)
@@ -231,7 +239,7 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
                  "eval_samples": len(eval_data.indices),
                  "tokens_per_epoch": sum(_step_tokens(train_data, cfg, d, 0))},
         "drafter": {"serve_engine": cfg.serve_engine,
-                    "engine_profile": ENGINE_PROFILES[cfg.serve_engine],
+                    "engine_profile": cfg.drafter_flags(),
                     "aux": {"capture_points": list(aux.capture_points),
                             "written_ids": aux.vllm_ids, "written_convention": "vllm",
                             "vllm_ids": aux.vllm_ids, "sglang_ids": aux.sglang_ids,
@@ -281,7 +289,8 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
     micro_n = d.world_size * cfg.grad_accum  # micro-batches per optimizer step
     stopped = False
     keys = count_keys(cfg.ttt_steps)
-    workers = cfg.data_workers if cfg.data_workers >= 0 else (2 if cuda else 0)
+    workers = 0 if cfg.online else (cfg.data_workers if cfg.data_workers >= 0
+                                    else (2 if cuda else 0))
     while state["step"] < total_steps and not stopped:
         steps = train_data.steps(cfg.seed, state["epoch"], rank=d.rank,
                                  world_size=d.world_size, grad_accum=cfg.grad_accum)

@@ -5,7 +5,9 @@ vLLM convention = capture points, with the SGLang ids and the convention recorde
 them), target vocab and draft vocab map all come from the shard manifest, and shards that
 do not match a drafter (eval split, `init_from` checkpoint, a saved drafter evaluated on
 them) are refused before any step, naming both values. Also prevents a drafter saved
-without `embed_tokens` loading with a zero embedding (`load_drafter`).
+without `embed_tokens` loading with a zero embedding (`load_drafter`), and a drafter
+trained with speculators flags some engine does not serve without a word: `build_drafter`
+says which engines would not serve them, by the doctor's rules (`serving_warning`).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from eagle3lab.errors import UserError
+from eagle3lab.formats.doctor import serving_engines_of_config, serving_line
 from eagle3lab.formats.reader import Checkpoint
 from eagle3lab.train.config import ENGINE_PROFILES
 
@@ -35,16 +38,20 @@ def draft_layer_config(target_path: str, *, num_layers: int = 1, attn: str = "sd
 
 
 def build_drafter(*, target_path: str, aux, d2t, t2d, serve_engine: str = "sglang",
-                  ttt_steps: int = 3, num_layers: int = 1, attn: str = "sdpa"):
+                  ttt_steps: int = 3, num_layers: int = 1, attn: str = "sdpa",
+                  flags: Mapping[str, Any] | None = None, warn: bool = False):
     """speculators' Eagle3DraftModel for these shards' target, aux layers and vocab map:
     aux ids written as `aux.vllm_ids` (capture points); embeddings, draft head (rows of
     the target head, by t2d) and the frozen verifier norm/head come from the target via
-    speculators' `load_verifier_weights`."""
+    speculators' `load_verifier_weights`. `flags`: the speculators flags
+    (TrainConfig.drafter_flags; default: ENGINE_PROFILES[serve_engine]); `warn`: print
+    `serving_warning`'s line when flags other than serve_engine's leave an engine unable
+    to serve the drafter."""
     from speculators.config import SpeculatorsConfig, VerifierConfig
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
     from speculators.proposals.greedy import GreedyTokenProposalConfig
 
-    prof = ENGINE_PROFILES[serve_engine]
+    prof = {**ENGINE_PROFILES[serve_engine], **(flags or {})}
     tl = draft_layer_config(target_path, num_layers=num_layers, attn=attn,
                             full_attention=prof["full_attention"])
     verifier = VerifierConfig.from_pretrained(target_path)
@@ -59,7 +66,22 @@ def build_drafter(*, target_path: str, aux, d2t, t2d, serve_engine: str = "sglan
     model = Eagle3DraftModel(cfg)
     model.load_vocab_mappings(t2d, d2t)
     model.load_verifier_weights()
+    if warn and prof != ENGINE_PROFILES[serve_engine] and (line := serving_warning(model)):
+        print(line, flush=True)
     return model
+
+
+def serving_warning(model) -> str | None:
+    """One line naming the engines that would not serve this (unsaved) drafter as
+    trained, with the doctor's codes (formats.doctor.serving_engines_of_config, the rules
+    `eagle3lab inspect` applies to the saved one); None when every engine serves it."""
+    verdicts = serving_engines_of_config(model.config.to_dict(), model.state_dict())
+    if all(v.serves for v in verdicts.values()):
+        return None
+    flags = ", ".join(f"{k}={getattr(model.config, k)}" for k in (
+        "norm_before_residual", "norm_before_fc", "fc_norm", "norm_output"))
+    return (f"train: warning: a drafter with {flags} is {serving_line(verdicts)} "
+            f"(`eagle3lab inspect DRAFTER --engine E` explains each).")
 
 
 def load_drafter(path: str | os.PathLike, *, attn: str = "sdpa", target: str | None = None):

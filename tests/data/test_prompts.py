@@ -120,3 +120,15 @@ def test_a_non_utf8_conversations_file_names_the_line(tmp_path):
     p.write_bytes(_conv([1, 2], [0, 1]).encode() + b"\n\xc3\x28\n")
     with pytest.raises(UserError, match=r"c.jsonl, line 3: not UTF-8 text \(byte 0xc3"):
         read_conversations(p)
+
+
+def test_jsonl_lines_end_at_newline_only(tmp_path):
+    """A JSON string may hold U+2028, U+0085 or a form feed (json.dumps with
+    ensure_ascii=False writes them raw): str.splitlines would cut the record there (seen on
+    90,000 self-written prompts, where a regenerate run refused line 41,461)."""
+    p = tmp_path / "p.jsonl"
+    texts = ["a\u2028b", "c\x85d", "e\x0cf", "plain"]
+    p.write_text("".join(json.dumps({"id": f"p{i}", "prompt": t}, ensure_ascii=False) + "\n"
+                         for i, t in enumerate(texts)).replace("\n", "\r\n", 1),
+                 encoding="utf-8")
+    assert [x.prompt for x in load_prompts(str(p))] == texts

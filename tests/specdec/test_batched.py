@@ -13,6 +13,7 @@ from eagle3lab.specdec.batched import BatchedEngine
 from eagle3lab.specdec.load import load_engine, resolve_engine
 from eagle3lab.specdec.staticmodel import StaticKV, unsupported_reason, window_mask
 from eagle3lab.workdir import default_drafter
+from testutil import eager_and_static
 
 CASES = [(3, 1, None, 0.0), (2, 3, 6, 0.0), (3, 1, None, 0.9)]  # steps, topk, D, temperature
 
@@ -90,12 +91,8 @@ def test_shipped_drafter_on_the_real_target_equals_eager(real_target):
     draft = default_drafter("smollm2-135m-instruct")
     prompts = _prompts(real_target, 3)
     for steps, topk, d in [(3, 1, None), (4, 4, 12)]:
-        eager = load_engine(target=real_target, draft=draft, steps=steps, topk=topk,
-                            draft_tokens=d)
-        old = [eager.generate(p, max_new_tokens=20) for p in prompts]
-        eng = load_engine(target=real_target, draft=draft, steps=steps, topk=topk,
-                          draft_tokens=d, engine="static", batch_size=2)
-        new = eng.generate_many(prompts, max_new_tokens=20)
+        old, new = eager_and_static(real_target, draft, prompts, steps=steps, topk=topk,
+                                    draft_tokens=d, max_new_tokens=20)
         _same(old, new)
         assert sum(r.accept_length for r in new) / len(new) > 1.5
 

@@ -202,7 +202,8 @@ def test_unknown_config_key_is_refused(tmp_path, sharp_data):
 
 
 @pytest.mark.parametrize("bad, expected", [
-    ({"lr_schedle": "cosine"}, "unknown field(s) lr_schedle (known fields: checkpoint_every, "),
+    ({"lr_schedle": "cosine"}, "unknown field(s) lr_schedle (known fields: aux_convention, "
+     "aux_ids, checkpoint_every, "),
     ({"epochs": "3"}, "field 'epochs' has value '3' (str); expected a valid integer."),
     ({"pad_batches": 1}, "field 'pad_batches' has value 1 (int); expected a valid boolean."),
     ({"lr": True}, "field 'lr' has value True (bool); expected a valid number."),
@@ -243,7 +244,7 @@ def test_config_built_directly_is_checked_and_saves_in_field_order():
     assert TrainConfig.defaults() == {k: v for k, v in saved.items()
                                       if k not in ("data", "out", "data_fraction",
                                                    "eval_at_tokens")} | {
-        "data_fraction": 1.0, "eval_at_tokens": []}
+        "data": None, "data_fraction": 1.0, "eval_at_tokens": []}
 
 
 def test_cli_config_file_errors_name_the_file_and_field(tmp_path, capsys):

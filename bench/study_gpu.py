@@ -1,0 +1,447 @@
+"""The grokking-vs-more-data study on one GPU, in calls of at most ten minutes.
+
+Prevents a study that a time-limited, bare machine cannot finish: every stage resumes
+where the last call stopped (generation a chunk at a time, training from its newest
+checkpoint, live decoding per run), a call stops its children cleanly before its deadline
+(`--deadline-s`), the generated data travels as packed token ids (eagle3lab.data.tokpack),
+and what a call finished comes back small (`collect`: plans, curves, live counts; never
+shards or checkpoints).
+
+Stages (each a subcommand; WORK is the study's work directory on the device):
+
+    data    self-prompt N prompts (one process), split them, answer them greedily with the
+            static engine in --procs processes at once, answer the first --sampled of
+            them at temperature 0.8, answer the held-out prompts greedily; pack every
+            finished file into WORK/pack (uint16 token ids, <= 15 MiB parts)
+    unpack  rebuild the conversation files from carried packs (a later session)
+    plan    the pool, each arm's data and study.json from a config JSON
+            (eagle3lab.study.atscale.AtScaleConfig)
+    train   every unfinished arm, --jobs at a time on the one GPU, online; then each
+            finished run's live acceptance (static engine), its step checkpoints deleted
+    restore put a finished session's collected results back (a later session, after plan)
+    collect the small results into a folder (and a tar.gz for the device's file return)
+
+    python -P bench/study_gpu.py data --work W --target T --prompts 90000 --deadline-s 560
+    python -P bench/study_gpu.py plan --work W --config data/studies/h200-grok/config.json
+    python -P bench/study_gpu.py train --work W --jobs 4 --deadline-s 560
+    python -P bench/study_gpu.py collect --work W --dest $OUT/results
+
+On a CPU, tiny sizes check every path (tests/test_bench_study_gpu.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the checkout (-P)
+#: Popen options putting a child in its own process group (so `stop` reaches what it
+#: starts) but in this call's session: the device ends a call's session when the call
+#: ends, so a child cannot outlive this script and train on beside the next call's.
+OWN_GROUP = ({"process_group": 0} if sys.version_info >= (3, 11)
+             else {"preexec_fn": os.setpgrp})
+
+
+class Deadline:
+    """Seconds left in this call; children are stopped `margin` seconds before it."""
+
+    def __init__(self, seconds: float | None, margin: float = 20.0):
+        self.end = time.time() + seconds - margin if seconds else None
+
+    def left(self) -> float:
+        return float("inf") if self.end is None else self.end - time.time()
+
+
+def log(msg: str) -> None:
+    print(f"[study_gpu {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run_all(cmds: list[tuple[str, list[str]]], *, deadline: Deadline, logs: Path,
+            env: dict | None = None) -> dict[str, int | None]:
+    """Run the commands at once (each in its own process group, output in LOGS/NAME.log);
+    at the deadline stop them (SIGTERM, then SIGKILL). Returns name -> exit code (None:
+    stopped at the deadline: resumable)."""
+    logs.mkdir(parents=True, exist_ok=True)
+    procs = {}
+    for name, cmd in cmds:
+        log(f"start {name}: {' '.join(cmd)}")
+        f = open(logs / f"{name}.log", "a")
+        procs[name] = (subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
+                                        **OWN_GROUP, env=env), f)
+    codes: dict[str, int | None] = {}
+    while len(codes) < len(procs):
+        for name, (p, f) in procs.items():
+            if name not in codes and p.poll() is not None:
+                codes[name] = p.returncode
+                f.close()
+                log(f"{name} exited {p.returncode}"
+                    + ("" if p.returncode == 0 else f"; its log ends: "
+                       f"{tail(logs / f'{name}.log')}"))
+        if deadline.left() <= 0:
+            left = [name for name in procs if name not in codes]
+            stop(*(procs[name][0] for name in left))
+            for name in left:
+                codes[name] = None
+                procs[name][1].close()
+                log(f"{name} stopped at the deadline (a later call resumes it)")
+        time.sleep(1.0)
+    return codes
+
+
+def stop(*procs: subprocess.Popen, grace: float = 15.0) -> None:
+    """SIGTERM to every process group at once, `grace` seconds for them together, then
+    SIGKILL to those left (one by one, the waits would add up past the call's limit)."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    end = time.time() + grace
+    for p in procs:
+        try:
+            p.wait(timeout=max(end - time.time(), 0.1))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def tail(path: Path, n: int = 600) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:].replace("\n", " | ")
+    except OSError:
+        return "(no log)"
+
+
+def eagle3lab(*args: str) -> list[str]:
+    return [sys.executable, "-m", "eagle3lab", *args]
+
+
+# --- data -----------------------------------------------------------------------------------
+def split_lines(src: Path, parts: int) -> list[Path]:
+    """src's lines in `parts` contiguous files (src-K.jsonl), written once."""
+    lines = src.read_bytes().split(b"\n")  # JSONL: "\n" only (not str.splitlines)
+    lines = [ln + b"\n" for ln in (lines[:-1] if lines[-1] == b"" else lines)]
+    out = []
+    per = -(-len(lines) // parts)
+    for k in range(parts):
+        dst = src.with_name(f"{src.stem}-{k}.jsonl")
+        if not dst.exists():
+            tmp = dst.with_name(dst.name + ".tmp")
+            tmp.write_bytes(b"".join(lines[k * per:(k + 1) * per]))
+            tmp.rename(dst)
+        out.append(dst)
+    return out
+
+
+def finished(out: Path, prompts_file: Path | str, limit: int | None = None) -> bool:
+    """A regenerate output holds an answer (or a skip) for every prompt."""
+    meta = out.with_name(out.name + ".meta.json")
+    if not meta.is_file():
+        return False
+    m = json.loads(meta.read_text())
+    if str(prompts_file) in ("eval", "train"):
+        from eagle3lab.data.prompts import load_prompts
+        n = len(load_prompts(str(prompts_file), limit=limit))
+    else:
+        n = sum(1 for line in open(prompts_file, encoding="utf-8") if line.strip())
+        n = min(n, limit) if limit else n
+    return m.get("records", 0) + len(m.get("skipped_too_long", [])) >= n
+
+
+def pack_whole(src: Path, dest: Path, **kw) -> None:
+    """tokpack.pack into DEST.partial, renamed to DEST once every part is written: a call
+    killed mid-pack leaves no DEST that later calls would take as packed."""
+    from eagle3lab.data import tokpack
+
+    tmp = dest.with_name(dest.name + ".partial")
+    tokpack.pack(src, tmp, **kw)  # removes the parts a killed pack left there
+    tmp.rename(dest)
+
+
+def stage_data(args) -> int:
+    work, deadline = Path(args.work), Deadline(args.deadline_s)
+    gen = work / "gen"
+    gen.mkdir(parents=True, exist_ok=True)
+    common = ["--target", args.target, "--dtype", args.dtype, "--device", args.device]
+    prompts = gen / "prompts.jsonl"
+    meta = prompts.with_name(prompts.name + ".meta.json")
+    have = (json.loads(meta.read_text()).get("counts", {}).get("kept", 0)
+            if meta.is_file() else 0)
+    if not meta.is_file() or have < args.prompts:
+        codes = run_all([("self-prompt", eagle3lab(
+            "self-prompt", *common, "--out", str(prompts), "--num-prompts", str(args.prompts),
+            "--batch-size", str(args.self_prompt_batch), "--seed", str(args.seed),
+            "--no-progress"))], deadline=deadline, logs=work / "logs")
+        if codes["self-prompt"] != 0:
+            return 1 if codes["self-prompt"] else 0
+    parts = split_lines(prompts, args.procs)
+    gcommon = [*common, "--engine", args.engine, "--batch-size", str(args.batch_size),
+               "--max-new-tokens", str(args.max_new_tokens), "--no-progress"]
+    # name -> (output, its prompts, limit, extra options)
+    outputs = {f"greedy-{k}": (gen / f"greedy-{k}.jsonl", p, None, [])
+               for k, p in enumerate(parts)}
+    if args.sampled:
+        outputs["sampled"] = (gen / "sampled.jsonl", parts[0], args.sampled, [
+            "--limit", str(args.sampled), "--temperature", str(args.temperature),
+            "--seed", str(args.seed), "--engine", args.sampled_engine,
+            "--batch-size", str(args.sampled_batch_size)])
+    outputs["eval"] = (gen / "eval.jsonl", "eval", args.eval_limit,
+                       ["--limit", str(args.eval_limit)] if args.eval_limit else [])
+    jobs = [(name, eagle3lab("regenerate", *gcommon, *extra, "--prompts", str(src),
+                             "--out", str(out)))
+            for name, (out, src, lim, extra) in outputs.items() if not finished(out, src, lim)]
+    codes = run_all(jobs, deadline=deadline, logs=work / "logs") if jobs else {}
+    bad = {k: c for k, c in codes.items() if c}
+    status = {}
+    for name, (out, src, lim, _) in outputs.items():
+        status[name] = out.is_file() and finished(out, src, lim)
+        packed = work / "pack" / name
+        if status[name] and not packed.is_dir() and deadline.left() > 30:
+            pack_whole(out, packed, max_bytes=args.pack_bytes, target=args.target)
+            log(f"packed {out.name} into {packed}")
+    if not (work / "pack" / "prompts").is_dir():
+        pack_whole(prompts, work / "pack" / "prompts", max_bytes=args.pack_bytes,
+                   target=args.target)
+    log(f"data finished: {status}" + (f"; failed: {bad}" if bad else ""))
+    return 1 if bad else 0
+
+
+# --- plan, train, live ----------------------------------------------------------------------
+def stage_plan(args) -> int:
+    from eagle3lab.study.atscale import AtScaleConfig, prepare_study
+
+    raw = json.loads(Path(args.config).read_text())
+    work = Path(args.work)
+    # paths in the config are relative to the work directory
+    for k in ("greedy", "sampled"):
+        raw[k] = [str(work / p) for p in raw.get(k, [])]
+    raw["eval_conversations"] = str(work / raw["eval_conversations"])
+    raw["out"] = str(work / "study")
+    raw["target"] = args.target or raw["target"]
+    cfg = AtScaleConfig.from_dict(raw, where=f"{args.config}")
+    study = prepare_study(cfg)
+    log(f"{len(study['arms'])} runs of {cfg.tokens_per_run:,} tokens "
+        f"({study['steps_per_run']} steps); pool {study['pool']['greedy']['tokens']:,} greedy "
+        f"answer tokens, {study['pool']['sampled']['tokens']:,} sampled")
+    return 0
+
+
+def stage_train(args) -> int:
+    import shutil
+
+    from eagle3lab.study.atscale import read_study
+    from eagle3lab.train.checkpoints import is_finished
+
+    work, deadline = Path(args.work), Deadline(args.deadline_s)
+    study_dir = work / "study"
+    study = read_study(study_dir)
+    arms = study["arms"][:args.limit_runs] if args.limit_runs else study["arms"]
+    if args.only:
+        arms = [a for a in arms if a["name"] in set(args.only.split(","))]
+    cfg_dir = work / "configs"
+    cfg_dir.mkdir(exist_ok=True)
+    running: dict[str, tuple[subprocess.Popen, object]] = {}
+    live_proc: tuple[subprocess.Popen, object, str] | None = None
+    def failed_before(a) -> bool:
+        run = Path(a["train"]["out"]) / "run.json"
+        return run.is_file() and json.loads(run.read_text()).get("status") == "failed"
+
+    failed = [a["name"] for a in arms if failed_before(a)]
+    if failed:
+        log(f"not retried (failed earlier; delete the run directory to train again): "
+            f"{', '.join(failed)}")
+    queue = [a for a in arms if not is_finished(a["train"]["out"])
+             and a["name"] not in failed]
+    to_live = [a["name"] for a in arms if is_finished(a["train"]["out"])
+               and not (Path(a["train"]["out"]) / "live.json").is_file()]
+    log(f"{len(queue)} runs to train, {len(to_live)} to decode live")
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
+    while queue or running or to_live or live_proc:
+        while queue and len(running) < args.jobs and deadline.left() > 60:
+            a = queue.pop(0)
+            cfgp = cfg_dir / f"{a['name']}.json"
+            resume = (Path(a["train"]["out"]) / "run.json").is_file()
+            cfgp.write_text(json.dumps({**a["train"], "device": args.device,
+                                        "resume": resume}))
+            f = open(logs / f"train-{a['name']}.log", "a")
+            p = subprocess.Popen(eagle3lab("train", "--config", str(cfgp)), stdout=f,
+                                 stderr=subprocess.STDOUT, cwd=ROOT, **OWN_GROUP)
+            running[a["name"]] = (p, f)
+            log(f"train {a['name']}" + (" (resuming)" if resume else ""))
+        for name, (p, f) in list(running.items()):
+            if p.poll() is not None:
+                f.close()
+                del running[name]
+                log(f"train {name} exited {p.returncode}"
+                    + ("" if p.returncode == 0 else
+                       f": {tail(logs / f'train-{name}.log')}"))
+                if p.returncode == 0:
+                    to_live.append(name)
+                elif p.returncode is not None and p.returncode > 0:
+                    failed.append(name)
+        if live_proc is None and to_live and deadline.left() > 60:
+            name = to_live.pop(0)
+            f = open(logs / f"live-{name}.log", "a")
+            code = ("import sys; from eagle3lab.study.atscale import measure_live; "
+                    f"measure_live({str(study_dir)!r}, {name!r}, device={args.device!r}, "
+                    "progress=True)")
+            live_proc = (subprocess.Popen([sys.executable, "-c", code], stdout=f,
+                                          stderr=subprocess.STDOUT, cwd=ROOT,
+                                          **OWN_GROUP), f, name)
+            log(f"live {name}")
+        if live_proc is not None and live_proc[0].poll() is not None:
+            p, f, name = live_proc
+            f.close()
+            log(f"live {name} exited {p.returncode}"
+                + ("" if p.returncode == 0 else f": {tail(logs / f'live-{name}.log')}"))
+            if p.returncode:
+                failed.append(f"live {name}")
+            if p.returncode == 0 and not args.keep_checkpoints:
+                shutil.rmtree(study_dir / "runs" / name / "checkpoints", ignore_errors=True)
+            live_proc = None
+        if deadline.left() <= 0:
+            stop(*(p for p, _ in running.values()),
+                 *([live_proc[0]] if live_proc is not None else []))
+            for name, (p, f) in running.items():
+                f.close()
+                log(f"train {name} stopped at the deadline (a later call resumes it)")
+            if live_proc is not None:
+                live_proc[1].close()
+            break
+        if not running and not live_proc and (not queue or deadline.left() <= 60) and (
+                not to_live or deadline.left() <= 60):
+            break
+        time.sleep(2.0)
+    done = sum(is_finished(a["train"]["out"]) for a in arms)
+    lived = sum((Path(a["train"]["out"]) / "live.json").is_file() for a in arms)
+    log(f"{done}/{len(arms)} runs finished, {lived} decoded live"
+        + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def stage_restore(args) -> int:
+    """Put a finished session's collected results (`collect --dest DIR`) back into the
+    study on a fresh machine, so that its finished runs are not trained again (their
+    run.json says done) nor decoded again (live.json). Run after `plan`."""
+    import shutil
+
+    from eagle3lab.study.atscale import RUN_FILES, read_study
+
+    work, src = Path(args.work), Path(args.results)
+    names = {a["name"] for a in read_study(work / "study")["arms"]}
+    restored = []
+    for run in sorted((src / "runs").glob("*")) if (src / "runs").is_dir() else []:
+        info = run / "run.json"
+        if run.name not in names or not info.is_file():
+            continue
+        if json.loads(info.read_text()).get("status") != "done":
+            continue  # an unfinished run's checkpoints did not come back: it starts over
+        dst = work / "study" / "runs" / run.name
+        dst.mkdir(parents=True, exist_ok=True)
+        for f in RUN_FILES:
+            if (run / f).is_file() and not (dst / f).is_file():
+                shutil.copyfile(run / f, dst / f)
+        restored.append(run.name)
+    log(f"restored {len(restored)} finished runs from {src}")
+    return 0
+
+
+def stage_collect(args) -> int:
+    import tarfile
+
+    from eagle3lab.study.atscale import collect
+
+    work, dest = Path(args.work), Path(args.dest)
+    r = collect(work / "study", dest, winner=args.winner)
+    for name in ("logs",):
+        if (work / name).is_dir() and args.with_logs:
+            with tarfile.open(dest / "logs.tar.gz", "w:gz") as t:
+                t.add(work / name, arcname=name)
+    log(f"collected {len(r['runs'])} runs into {dest}")
+    return 0
+
+
+def stage_unpack(args) -> int:
+    """Rebuild WORK/gen/NAME.jsonl from NAME.partNN.npz files anywhere under --packs (as
+    they come back from the device, flat, or one folder per file)."""
+    from eagle3lab.data import tokpack
+
+    work = Path(args.work)
+    groups: dict[str, list[Path]] = {}
+    for f in sorted(Path(args.packs).rglob("*.part*.npz")):
+        groups.setdefault(f.name.split(".part")[0], []).append(f)
+    for name, files in groups.items():
+        out = work / "gen" / f"{name}.jsonl"
+        if not out.is_file():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tokpack.unpack(files, out, target=args.target)
+            log(f"unpacked {out} ({len(files)} parts)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="stage", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--work", required=True, help="the study's work directory")
+    common.add_argument("--deadline-s", type=float, default=None,
+                        help="stop children this many seconds after the start (resumable)")
+    common.add_argument("--device", default="auto")
+    common.add_argument("--target", default=None, help="the target (dir or preset)")
+    d = sub.add_parser("data", parents=[common], help="generate the pool")
+    d.add_argument("--prompts", type=int, default=90000, help="self-written prompts in all")
+    d.add_argument("--self-prompt-batch", type=int, default=4096)
+    d.add_argument("--procs", type=int, default=2, help="greedy answer processes at once")
+    d.add_argument("--engine", default="static", choices=["static", "hf"])
+    d.add_argument("--batch-size", type=int, default=512, help="answers in flight per process")
+    d.add_argument("--max-new-tokens", type=int, default=384)
+    d.add_argument("--sampled", type=int, default=8000,
+                   help="the first N prompts of part 0 are also answered by sampling")
+    d.add_argument("--temperature", type=float, default=0.8)
+    d.add_argument("--sampled-engine", default="hf", choices=["static", "hf"],
+                   help="the static engine samples on the host, row by row: slower at scale")
+    d.add_argument("--sampled-batch-size", type=int, default=2048)
+    d.add_argument("--eval-limit", type=int, default=None, help="first N held-out prompts")
+    d.add_argument("--seed", type=int, default=1234)
+    d.add_argument("--dtype", default="bfloat16")
+    d.add_argument("--pack-bytes", type=int, default=15 * 2**20)
+    u = sub.add_parser("unpack", parents=[common], help="rebuild conversations from packs")
+    u.add_argument("--packs", required=True, help="folder of packed sets (one folder each)")
+    p = sub.add_parser("plan", parents=[common], help="pool, arm data, study.json")
+    p.add_argument("--config", required=True)
+    t = sub.add_parser("train", parents=[common], help="train and decode the arms")
+    t.add_argument("--jobs", type=int, default=4, help="runs at once on the one GPU")
+    t.add_argument("--limit-runs", type=int, default=None, help="only the first N planned runs")
+    t.add_argument("--only", default=None, help="comma-separated run names")
+    t.add_argument("--keep-checkpoints", action="store_true")
+    r = sub.add_parser("restore", parents=[common], help="finished runs of an earlier "
+                       "session back into the study")
+    r.add_argument("--results", required=True, help="a folder `collect` wrote")
+    c = sub.add_parser("collect", parents=[common], help="copy the small results")
+    c.add_argument("--dest", required=True)
+    c.add_argument("--winner", default=None, help="also pack this run's final drafter")
+    c.add_argument("--with-logs", action="store_true")
+    args = ap.parse_args(argv)
+    if args.stage == "data" and not args.target:
+        ap.error("data needs --target")
+    return {"data": stage_data, "unpack": stage_unpack, "plan": stage_plan,
+            "train": stage_train, "restore": stage_restore,
+            "collect": stage_collect}[args.stage](args)
+
+
+if __name__ == "__main__":
+    from eagle3lab.cli import bench_main
+
+    raise SystemExit(bench_main("study_gpu.py", main))

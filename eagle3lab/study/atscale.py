@@ -1,0 +1,513 @@
+"""The grokking-vs-more-data study at GPU scale: arms by unique answer tokens, weight decay,
+regeneration kind and recipe, every run trained online on the same number of tokens, and
+every arm's drafters measured LIVE by the static engine.
+
+Prevents three misreadings of such a study:
+- arms that differ in more than the one thing compared: every run processes the same
+  number of tokens (`tokens_per_run`), evaluates on the same held-out conversations at the
+  same points, and reads its data as a prefix of ONE shuffled pool, so a smaller arm's data
+  is a subset of every larger arm's (`build_pool`, `plan_arms`);
+- a verdict read off teacher-forced curves alone: each arm's checkpoints along the way and
+  its final drafter are decoded by the static engine on the held-out prompts at several
+  draft shapes (`live_tau`), and the raw counts are kept beside the curves, so the study
+  says how far the curves predict serving;
+- results that cannot be re-read: the study directory holds the plan (`study.json`, with
+  the pool's sha256s), each run's `run.json` and `metrics.jsonl`, and `live.json` (raw
+  accept histograms per checkpoint and shape); `collect` copies exactly those, small, for
+  committing under data/studies/.
+
+The device side (data generation, running arms several at a time on one GPU, limits of a
+call) is bench/study_gpu.py; the notebooks read what `collect` wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from eagle3lab.config import StrictConfig
+from eagle3lab.data.regenerate import meta_path
+from eagle3lab.errors import UserError
+from eagle3lab.fsutil import atomic_path, atomic_write_json, sha256_file
+from eagle3lab.train.config import check_train_overrides
+
+STUDY_FORMAT = "eagle3lab-study-atscale"
+
+#: The recipe of the shipped drafter (data/drafters/smollm2-135m-instruct/README.md).
+OUR_RECIPE: dict[str, Any] = {
+    "ttt_steps": 5, "ttt_step_loss_decay": 1.0, "train_lm_head": True, "lr": 8e-4,
+    "schedule": "cosine", "warmup_steps": 50, "grad_clip": 1.0,
+    "max_tokens_per_batch": 16384, "serve_engine": "sglang",
+}
+
+#: TrainConfig fields each run gets from the study itself.
+_SET_BY_STUDY = {"data", "eval_data", "out", "data_fraction", "weight_decay", "seed", "epochs",
+                 "max_tokens", "max_steps", "eval_at_tokens", "resume", "online",
+                 "conversations", "eval_conversations", "target", "eval_every",
+                 "checkpoint_every", "keep_checkpoints", "states_cache"}
+
+
+class AtScaleConfig(StrictConfig):
+    """The study's settings (`study.json` records them)."""
+
+    WHERE: ClassVar[str] = "at-scale study config"
+
+    out: str = Field(description="study directory")
+    target: str = Field(description="the target (a directory or preset name)")
+    greedy: list[str] = Field(min_length=1, description="conversation JSONL files of greedy "
+                              "answers (the pool; one record per prompt)")
+    sampled: list[str] = Field(default_factory=list, description="conversation JSONL files of "
+                               "sampled answers to some of the same prompts (same ids)")
+    eval_conversations: str = Field(description="greedy answers to the held-out prompts "
+                                    "(teacher-forced evaluation of every run)")
+    shuffle_seed: int = Field(0, description="the pool's order: arms are its prefixes")
+    data_tokens: list[int] = Field(
+        default_factory=lambda: [100_000, 400_000, 1_600_000, 6_000_000, 0],
+        description="one data arm per count of unique answer tokens (0: the whole pool)")
+    weight_decays: list[float] = Field(default_factory=lambda: [0.01, 0.1])
+    seeds: list[int] = Field(default_factory=lambda: [0, 1], min_length=1)
+    tokens_per_run: int = Field(16_000_000, gt=0, description="equal compute: tokens every "
+                                "run processes")
+    regen_tokens: int | None = Field(1_600_000, description="greedy vs sampled vs both "
+                                     "arms at this many unique answer tokens (None: none)")
+    recipes: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="recipe name -> TrainConfig overrides on top of "
+        "`train` (e.g. speculators' eagle3 defaults)")
+    recipe_tokens: list[int] = Field(default_factory=lambda: [1_600_000],
+                                     description="data sizes the recipe arms run at")
+    cache_max_tokens: int = Field(2_000_000, ge=0, description="arms with at most this many "
+                                  "answer tokens keep their states on the GPU after the first "
+                                  "epoch (TrainConfig.states_cache; ~4.6 KB a token in bf16)")
+    evals_per_run: int = Field(32, ge=4, description="evaluations along each run")
+    live_points: list[float] = Field(default_factory=lambda: [0.125, 0.25, 0.5, 1.0],
+                                     description="fractions of tokens_per_run whose "
+                                     "checkpoints are decoded live (1.0: the final drafter)")
+    live_settings: list[str] = Field(default_factory=lambda: ["3,1,4", "5,1,6", "4,4,12"],
+                                     description="draft shapes S,K,D decoded live")
+    live_prompts: str = Field("eval", description="prompts decoded live")
+    live_limit: int | None = Field(None, description="first N live prompts (None: all)")
+    live_max_new_tokens: int = Field(256, ge=1)
+    live_dtype: str = Field("bfloat16")
+    live_batch_size: int = Field(128, ge=1, description="prompts in flight (static engine)")
+    train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig overrides "
+                                  "for every run, on top of OUR_RECIPE")
+
+    def check(self, where: str) -> None:
+        # every run trains online (train_kwargs): online-only fields are valid overrides
+        check_train_overrides(self.train, where, reserved=_SET_BY_STUDY,
+                              set_by="the study itself", online=True)
+        for name, over in self.recipes.items():
+            check_train_overrides({**self.train, **over}, f"{where}.recipes.{name}",
+                                  reserved=_SET_BY_STUDY, set_by="the study itself",
+                                  online=True)
+        for s in self.live_settings:
+            parse_setting(s, where=f"{where}.live_settings")
+        if bad := [p for p in self.live_points if not 0 < p <= 1]:
+            raise UserError(f"{where}.live_points: {bad} are not fractions in (0, 1].")
+
+
+def parse_setting(text: str, *, where: str = "setting") -> tuple[int, int, int]:
+    """'S,K,D' (draft steps, top-k, draft tokens verified) -> (S, K, D)."""
+    try:
+        s, k, d = (int(x) for x in str(text).split(","))
+    except ValueError:
+        raise UserError(f"{where}: {text!r} is not a draft shape S,K,D such as 5,1,6 "
+                        f"(steps, top-k, tokens verified).") from None
+    if min(s, k, d) < 1:
+        raise UserError(f"{where}: {text!r}: S, K and D must be at least 1.")
+    return s, k, d
+
+
+# --- the pool ----------------------------------------------------------------------------
+def _records(path: str | os.PathLike):
+    """(raw line, parsed record) of a conversations JSONL; errors name file and line."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"conversations file {p} does not exist.")
+    with open(p, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                rec["response_tokens"], rec["id"], rec["prompt"]
+            except (ValueError, KeyError, TypeError):
+                raise UserError(f"{p}:{n}: not a conversation record (regenerate's JSONL "
+                                f"with id, prompt, response_tokens).") from None
+            yield line if line.endswith("\n") else line + "\n", rec
+
+
+def build_pool(*, greedy: list[str], sampled: list[str] = (), out: str | os.PathLike,
+               shuffle_seed: int = 0) -> dict[str, Any]:
+    """Write OUT/pool/{greedy,sampled}.jsonl: the greedy records (a prompt text seen again
+    in a later record is dropped: one answer per prompt) in one seeded shuffled order, and
+    the sampled records of the same prompts in the same order; returns (and writes as
+    OUT/pool/pool.json) their counts and sha256s. Reused when pool.json matches the
+    inputs."""
+    import numpy as np
+
+    d = Path(out) / "pool"
+    inputs = {"greedy": [{"path": str(p), "sha256": sha256_file(p)} for p in greedy],
+              "sampled": [{"path": str(p), "sha256": sha256_file(p)} for p in sampled],
+              "shuffle_seed": shuffle_seed}
+    rec_path = d / "pool.json"
+    if rec_path.is_file():
+        old = json.loads(rec_path.read_text())
+        if old.get("inputs") == inputs:
+            return old
+    d.mkdir(parents=True, exist_ok=True)
+    lines, tokens, ids, seen, dropped = [], [], [], set(), 0
+    for path in greedy:
+        for line, rec in _records(path):
+            key = rec["prompt"].strip()
+            if key in seen:
+                dropped += 1
+                continue
+            seen.add(key)
+            lines.append(line)
+            tokens.append(int(rec["response_tokens"]))
+            ids.append(str(rec["id"]))
+    if len(set(ids)) != len(ids):
+        raise UserError("the greedy files repeat record ids; each prompt must have one id "
+                        "across the files (split one prompts file, do not self-prompt twice).")
+    order = np.random.default_rng(shuffle_seed).permutation(len(lines))
+    rank = {ids[i]: r for r, i in enumerate(order)}
+    with atomic_path(d / "greedy.jsonl") as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for i in order:
+            f.write(lines[i])
+    samp = []
+    for path in sampled:
+        for line, rec in _records(path):
+            base = str(rec["id"]).split("#")[0]
+            if base in rank:
+                samp.append((rank[base], line, int(rec["response_tokens"])))
+    samp.sort(key=lambda x: x[0])
+    with atomic_path(d / "sampled.jsonl") as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for _, line, _ in samp:
+            f.write(line)
+    copy_meta(Path(greedy[0]), d / "greedy.jsonl")
+    if sampled:
+        copy_meta(Path(sampled[0]), d / "sampled.jsonl")
+    rec = {"inputs": inputs, "greedy": {"records": len(lines), "tokens": int(sum(tokens)),
+                                        "duplicates_dropped": dropped,
+                                        "sha256": sha256_file(d / "greedy.jsonl")},
+           "sampled": {"records": len(samp), "tokens": int(sum(t for *_, t in samp)),
+                       "sha256": sha256_file(d / "sampled.jsonl")}}
+    atomic_write_json(rec_path, rec)
+    return rec
+
+
+#: How an arm's records are taken from its pool file (`write_prefix`'s `pair`).
+PAIRINGS = (None, "both", "same-prompts")
+
+
+def write_prefix(src: Path, dst: Path, tokens: int, *, pair: str | None = None,
+                 sampled: Path | None = None) -> dict[str, Any]:
+    """The first records of `src` whose answers hold `tokens` unique answer tokens (0: all)
+    -> dst. pair "both": only prompts that `sampled` also answers, each with its sampled
+    answer first (greedy and sampled answers to the same prompts, together `tokens`);
+    "same-prompts": only the greedy answers to the prompts `sampled` answers (the greedy
+    side of the sampled arm, on the same prompts in the same order)."""
+    if pair not in PAIRINGS:
+        raise UserError(f"pair {pair!r}: expected one of {PAIRINGS}.")
+    other: dict[str, str] = {}
+    if pair is not None:
+        if sampled is None:
+            raise UserError(f"pair {pair!r} needs the sampled answers (sampled=...).")
+        for line, rec in _records(sampled):
+            other.setdefault(str(rec["id"]).split("#")[0], line)
+    n = total = 0
+    with atomic_path(dst) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for line, rec in _records(src):
+            if tokens and total >= tokens:
+                break
+            base = str(rec["id"]).split("#")[0]
+            if pair is not None and base not in other:
+                continue
+            if pair == "both":
+                mate = json.loads(other[base])
+                f.write(other[base])
+                total += int(mate["response_tokens"])
+                n += 1
+            f.write(line)
+            total += int(rec["response_tokens"])
+            n += 1
+    if tokens and total < tokens:
+        raise UserError(f"{src} holds only {total:,} answer tokens"
+                        + (f" ({pair}: with {sampled})" if pair else "")
+                        + f"; an arm asks for {tokens:,}.")
+    copy_meta(src, dst)
+    return {"path": str(dst), "records": n, "tokens": total, "sha256": sha256_file(dst)}
+
+
+def copy_meta(src: Path, dst: Path) -> None:
+    """dst's `.meta.json`: src's (which names the target that wrote the answers, so that
+    online training refuses them for another target), marked as derived."""
+    m = meta_path(Path(src))
+    if m.is_file():
+        meta = json.loads(m.read_text())
+        meta["derived_from"] = {"path": str(src), "sha256": sha256_file(src)}
+        atomic_write_json(meta_path(Path(dst)), meta)
+
+
+# --- the plan ------------------------------------------------------------------------------
+def _tok(n: int) -> str:
+    return "all" if not n else (f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k")
+
+
+def plan_arms(cfg: AtScaleConfig) -> list[dict[str, Any]]:
+    """One entry per run, in the order they should run (the core comparison first: every
+    data size at the first weight decay and seed; then the regeneration and recipe arms;
+    then the other seeds; then the other weight decays). Each: name, kind, the data spec
+    (pool file, unique tokens, pairing) and the TrainConfig overrides."""
+    wd0, seed0 = cfg.weight_decays[0], cfg.seeds[0]
+    runs: list[dict[str, Any]] = []
+
+    def add(name, kind, source, tokens, wd, seed, recipe=None, pair=None):
+        runs.append({"name": name, "kind": kind, "source": source, "unique_tokens": tokens,
+                     "pair": pair, "weight_decay": wd, "seed": seed,
+                     "recipe": recipe or "eagle3lab"})
+
+    for seed in cfg.seeds:
+        for wd in cfg.weight_decays:
+            for t in cfg.data_tokens:
+                add(f"data-{_tok(t)}-wd{wd:g}-s{seed}", "data", "greedy", t, wd, seed)
+            if wd != wd0:
+                continue
+            if cfg.regen_tokens:
+                t = cfg.regen_tokens
+                add(f"regen-greedy-{_tok(t)}-s{seed}", "regen", "greedy", t, wd, seed,
+                    pair="same-prompts")
+                add(f"regen-sampled-{_tok(t)}-s{seed}", "regen", "sampled", t, wd, seed)
+                add(f"regen-both-{_tok(t)}-s{seed}", "regen", "greedy", t, wd, seed,
+                    pair="both")
+            for rname in cfg.recipes:
+                for t in cfg.recipe_tokens:
+                    add(f"recipe-{rname}-{_tok(t)}-s{seed}", "recipe", "greedy", t, wd, seed,
+                        recipe=rname)
+
+    def priority(r):
+        return (r["weight_decay"] != wd0, r["seed"] != seed0,
+                {"data": 0, "regen": 1, "recipe": 2}[r["kind"]])
+    runs.sort(key=priority)  # stable: sizes stay in order within a group
+    return runs
+
+
+def steps_per_run(cfg: AtScaleConfig, recipe: str = "eagle3lab") -> int:
+    """Optimizer steps of a run of `recipe` (estimated from full batches)."""
+    tpb = {**OUR_RECIPE, **cfg.train, **cfg.recipes.get(recipe, {})}.get(
+        "max_tokens_per_batch", 2048)
+    return max(1, -(-cfg.tokens_per_run // tpb))
+
+
+def train_kwargs(cfg: AtScaleConfig, arm: dict[str, Any], data_file: str) -> dict[str, Any]:
+    """The run's TrainConfig fields: online on its data file, the study's equal compute
+    (`max_tokens`), `evals_per_run` evaluations, and a checkpoint every 1/`CHECKPOINT_SLOTS`
+    of the run (all kept: the live points pick the nearest by tokens)."""
+    steps = steps_per_run(cfg, arm["recipe"])
+    over = {**OUR_RECIPE, **cfg.train, **cfg.recipes.get(arm["recipe"], {})}
+    return {**over, "online": True, "conversations": data_file,
+            "eval_conversations": cfg.eval_conversations, "target": cfg.target,
+            "out": str(Path(cfg.out) / "runs" / arm["name"]), "weight_decay": arm["weight_decay"],
+            "seed": arm["seed"], "epochs": 100_000, "max_tokens": cfg.tokens_per_run,
+            "eval_every": max(1, steps // cfg.evals_per_run),
+            "checkpoint_every": max(1, steps // CHECKPOINT_SLOTS),
+            # kept until the live points are decoded (then bench/study_gpu.py deletes them);
+            # room for twice the estimate, should packing leave batches half full
+            "keep_checkpoints": 2 * CHECKPOINT_SLOTS + 2, "progress": False,
+            "states_cache": arm["data"]["tokens"] <= cfg.cache_max_tokens}
+
+
+#: Checkpoints along each run (every 1/8 of its steps): the live points' candidates.
+CHECKPOINT_SLOTS = 8
+
+
+def prepare_study(cfg: AtScaleConfig) -> dict[str, Any]:
+    """The pool, each arm's data file (OUT/data/NAME.jsonl; shared by arms of equal data)
+    and study.json. Returns study.json's content."""
+    out = Path(cfg.out)
+    pool = build_pool(greedy=cfg.greedy, sampled=cfg.sampled, out=out,
+                      shuffle_seed=cfg.shuffle_seed)
+    arms = plan_arms(cfg)
+    data_dir = out / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    made: dict[tuple, dict[str, Any]] = {}
+    for arm in arms:
+        key = (arm["source"], arm["unique_tokens"], arm["pair"])
+        if key not in made:
+            src = out / "pool" / f"{arm['source']}.jsonl"
+            name = (f"{arm['source']}"
+                    + {None: "", "both": "+sampled", "same-prompts": "-sampledprompts"}[
+                        arm["pair"]] + f"-{_tok(key[1])}")
+            dst = data_dir / f"{name}.jsonl"
+            if not key[1] and not arm["pair"]:
+                made[key] = {"path": str(src), "records": pool[arm["source"]]["records"],
+                             "tokens": pool[arm["source"]]["tokens"],
+                             "sha256": pool[arm["source"]]["sha256"]}
+            else:
+                made[key] = write_prefix(src, dst, key[1], pair=arm["pair"],
+                                         sampled=out / "pool" / "sampled.jsonl")
+        arm["data"] = made[key]
+        arm["train"] = train_kwargs(cfg, arm, made[key]["path"])
+    study = {"format": STUDY_FORMAT, "version": 1, "config": cfg.model_dump(), "pool": pool,
+             "steps_per_run": steps_per_run(cfg), "arms": arms}
+    atomic_write_json(out / "study.json", study)
+    return study
+
+
+def read_study(study_dir: str | os.PathLike) -> dict[str, Any]:
+    p = Path(study_dir) / "study.json"
+    if not p.is_file():
+        raise UserError(f"{study_dir} holds no study.json (make it with prepare_study or "
+                        f"`bench/study_gpu.py plan`).")
+    study = json.loads(p.read_text())
+    if study.get("format") != STUDY_FORMAT:
+        raise UserError(f"{p} is not an at-scale study ({study.get('format')!r}).")
+    return study
+
+
+# --- live acceptance --------------------------------------------------------------------------
+def live_points(run_dir: str | os.PathLike, *, fractions: list[float],
+                tokens_per_run: int) -> list[dict[str, Any]]:
+    """The run's drafters at the live points: for a fraction below 1 the step checkpoint
+    whose tokens processed are nearest to fraction x tokens_per_run, for 1 the final
+    drafter (final/)."""
+    run_dir = Path(run_dir)
+    cks = []
+    for d in (run_dir / "checkpoints").glob("step-*"):
+        info_path = d / "checkpoint.json"
+        if (d / "config.json").is_file() and info_path.is_file():
+            info = json.loads(info_path.read_text())
+            cks.append({"step": info.get("step"), "tokens": info.get("tokens"), "path": str(d)})
+    pts = []
+    for p in sorted(set(fractions)):
+        if p >= 1:
+            final = run_dir / "final"
+            if (final / "config.json").is_file():
+                summary = json.loads((run_dir / "run.json").read_text()).get("summary") or {}
+                pts.append({"fraction": 1.0, "step": summary.get("steps"),
+                            "tokens": summary.get("tokens"), "path": str(final)})
+            continue
+        near = [c for c in cks if c["tokens"] is not None]
+        if near:
+            c = min(near, key=lambda c: abs(c["tokens"] - p * tokens_per_run))
+            if all(c["path"] != q["path"] for q in pts):
+                pts.append({"fraction": p, **c})
+    return pts
+
+
+def live_tau(*, target: Any, drafters: list[dict[str, Any]], settings: list[str],
+             prompts: str = "eval", limit: int | None = None, max_new_tokens: int = 256,
+             dtype: str = "bfloat16", device: str = "auto", batch_size: int = 128,
+             progress: bool = False) -> list[dict[str, Any]]:
+    """Greedy speculative decoding of `prompts` by the static engine with each drafter at
+    each shape: one row per (drafter, shape) with the raw counts (accept histogram, verify
+    steps, tokens) and tau. No plain run: acceptance needs none. drafters: dicts with a
+    `path` (and anything else, kept in the row)."""
+    import time
+
+    # lazy: the engine and the target load torch and transformers; planning needs neither
+    from eagle3lab.specdec.accept import prompt_ids  # lazy: as above
+    from eagle3lab.specdec.load import load_engine  # lazy: as above
+    from eagle3lab.specdec.stats import AcceptStats  # lazy: as above
+    from eagle3lab.targets.adapter import Target, load_target  # lazy: as above
+
+    tgt = target if isinstance(target, Target) else load_target(target, device=device,
+                                                                   dtype=dtype)
+    ctx = tgt.max_position_embeddings or 4096
+    plist = prompt_ids(tgt.tokenizer, prompts, limit, max(16, ctx - max_new_tokens - 1))
+    ids = [i for _, i in plist]
+    rows = []
+    for d in drafters:
+        for s in settings:
+            steps, topk, dt = parse_setting(s)
+            t0 = time.perf_counter()
+            eng = load_engine(target=tgt, draft=d["path"], steps=steps, topk=topk,
+                              draft_tokens=dt, engine="static", batch_size=batch_size)
+            res = eng.generate_many(ids, max_new_tokens=max_new_tokens, temperature=0.0)
+            st = AcceptStats.from_results(res)
+            rows.append({**d, "setting": s, "tau": st.tau, "requests": st.requests,
+                         "completion_tokens": st.completion_tokens, "verify_ct": st.verify_ct,
+                         "accept_histogram": list(st.histogram),
+                         "acceptance_cumulative": st.cumulative(),
+                         "per_prompt_tokens": [r.completion_tokens for r in res],
+                         "per_prompt_verify": [r.verify_ct for r in res],
+                         "seconds": time.perf_counter() - t0})
+            if progress:
+                print(f"live {Path(d['path']).parent.name}/{Path(d['path']).name} {s}: "
+                      f"tau {st.tau:.3f} ({time.perf_counter() - t0:.1f} s)", flush=True)
+            del eng
+    return rows
+
+
+def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
+                 device: str = "auto", progress: bool = False) -> Path:
+    """Decode a finished run's live points; write RUN/live.json (atomically). Reused when
+    it already holds every point and shape."""
+    study = read_study(study_dir)
+    cfg = study["config"]
+    run_dir = Path(study_dir) / "runs" / name
+    pts = live_points(run_dir, fractions=cfg["live_points"],
+                      tokens_per_run=cfg["tokens_per_run"])
+    dst = run_dir / "live.json"
+    want = {(p["path"], s) for p in pts for s in cfg["live_settings"]}
+    if dst.is_file():
+        old = json.loads(dst.read_text())
+        if {(r["path"], r["setting"]) for r in old["rows"]} >= want:
+            return dst
+    rows = live_tau(target=target or cfg["target"], drafters=pts,
+                    settings=cfg["live_settings"], prompts=cfg["live_prompts"],
+                    limit=cfg["live_limit"], max_new_tokens=cfg["live_max_new_tokens"],
+                    dtype=cfg["live_dtype"], device=device,
+                    batch_size=cfg["live_batch_size"], progress=progress)
+    import torch
+
+    # lazy: the doctor reads the checkpoint (safetensors); planning never needs it
+    from eagle3lab.formats.doctor import serving_engines
+
+    final = [p["path"] for p in pts if p["fraction"] >= 1]
+    # which engines serve the final drafter as trained (the doctor's verdict, per engine)
+    serving = ({e: v.to_dict() for e, v in serving_engines(
+        final[0], target=getattr(target, "path", target) or cfg["target"]).items()}
+        if final else None)
+    atomic_write_json(dst, {"run": name, "engine": "static", "dtype": cfg["live_dtype"],
+                            "serving": serving,
+                            "device": torch.cuda.get_device_name(0)
+                            if torch.cuda.is_available() and device != "cpu" else "cpu",
+                            "prompts": cfg["live_prompts"],
+                            "max_new_tokens": cfg["live_max_new_tokens"], "rows": rows})
+    return dst
+
+
+# --- results --------------------------------------------------------------------------------
+#: What `collect` copies of each run (small; never checkpoints).
+RUN_FILES = ("run.json", "metrics.jsonl", "live.json")
+
+
+def collect(study_dir: str | os.PathLike, dest: str | os.PathLike, *,
+            winner: str | None = None) -> dict[str, Any]:
+    """Copy study.json (the plan, with the pool's counts and sha256s) and each run's
+    RUN_FILES to `dest` (what is committed under data/studies/), plus `winner`'s packed
+    drafter if named."""
+    src, dest = Path(study_dir), Path(dest)
+    (dest / "runs").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src / "study.json", dest / "study.json")
+    copied = []
+    for run in sorted((src / "runs").glob("*")):
+        files = [f for f in RUN_FILES if (run / f).is_file()]
+        if not files:
+            continue
+        (dest / "runs" / run.name).mkdir(exist_ok=True)
+        for f in files:
+            shutil.copyfile(run / f, dest / "runs" / run.name / f)
+        copied.append(run.name)
+    if winner:
+        from eagle3lab.train.checkpoints import pack_drafter  # lazy: loads torch
+
+        pack_drafter(src / "runs" / winner / "final", dest / "winner")
+    return {"runs": copied, "dest": str(dest)}

@@ -1,0 +1,501 @@
+"""eagle3lab.study.atscale_read: the at-scale study's committed results read back (runs by
+status, curves, live tau from raw counts, plateaus and late drops), the equal-compute table
+with the seed spread, the verdict, the planner, and the notebook sections rendering them.
+
+Three kinds of fixture: curves and tau points from known formulas (the plateau/late-drop
+rule and the planner must recover what was built in); a study whose files are written
+from known per-arm numbers in the committed layout (the verdict must name the arm that was
+built to win, and call a gap inside the seed noise a tie); and a REAL tiny study on the
+default target (demo shards, drafters trained offline, `atscale.live_tau` decoding on the
+CPU, `atscale.collect` copying what is committed), read back and checked against the raw
+files it came from."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from eagle3lab.errors import UserError
+from eagle3lab.study.atscale import AtScaleConfig, collect, measure_live, plan_arms
+from eagle3lab.study.atscale_read import (FINAL_METRICS, compare, equal_compute_table,
+                                          final_values, fit_tau_curve, load_results,
+                                          open_results, plan_budget, planner_points,
+                                          plateau_check, summary_numbers, tokens_for, verdict)
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+# --- plateau and late drop on curves built from formulas ----------------------------------
+def _curve(tokens, losses):
+    return pd.DataFrame({"tokens": tokens, "eval_loss_mean": losses})
+
+
+def test_plateau_check_finds_the_first_plateau_and_a_late_drop():
+    xs = np.arange(0, 2100, 100.0)
+    flat = 5.0 + 2.0 * np.exp(-xs / 100)  # falls, then flat from ~400 on
+    drop = flat.copy()
+    drop[xs >= 1500] *= 0.9  # a late 10% fall after a long plateau
+    steady = plateau_check(_curve(xs, flat), window=3, threshold=0.01, drop_threshold=0.02)
+    late = plateau_check(_curve(xs, drop), window=3, threshold=0.01, drop_threshold=0.02)
+    # the first call is where the rule says "plateaued" on the shortest prefix
+    from eagle3lab.study.plateau import detect_plateau
+
+    for e in range(4, len(xs) + 1):
+        p = detect_plateau(_curve(xs[:e], flat[:e]), "eval_loss_mean", window=3, threshold=0.01)
+        if p.plateaued:
+            break
+    assert steady.first_start == p.start and steady.first_called_at == xs[e - 1]
+    assert late.first_start == steady.first_start  # the same curve until the drop
+    assert steady.late_drop is False and steady.plateaued
+    assert steady.past_plateau == pytest.approx(xs[-1] / steady.first_start)
+    assert late.late_drop is True and late.drop_at == 1500
+    assert late.drop_fraction == pytest.approx(1500 / xs[-1])
+    assert late.drop_relative == pytest.approx(1 - drop.min() / late.first_level)
+    assert "LATE DROP" in late.describe() and "no late drop" in steady.describe()
+    # a drop smaller than the threshold is no late drop
+    small = flat.copy()
+    small[xs >= 1500] *= 0.99
+    assert plateau_check(_curve(xs, small), drop_threshold=0.02).late_drop is False
+
+
+def test_plateau_check_on_a_curve_that_never_plateaus_and_on_accuracy():
+    xs = np.arange(0, 1000, 100.0)
+    falling = 6.0 * 0.9 ** (xs / 100)  # 10% better every point
+    pc = plateau_check(_curve(xs, falling))
+    assert pc.first_start is None and pc.late_drop is None and not pc.plateaued
+    assert "never plateaued" in pc.describe()
+    # accuracies improve upwards: a late RISE is the drop's counterpart
+    acc = np.minimum(0.5, 0.1 + xs / 1000)
+    acc = np.where(xs >= 800, acc * 1.2, acc)
+    df = pd.DataFrame({"tokens": xs, "eval_full_acc_0": acc})
+    up = plateau_check(df, "eval_full_acc_0", window=2)
+    assert up.late_drop is True and up.drop_at == 800
+
+
+# --- the planner on curves from formulas --------------------------------------------------
+SIZES = [1e5, 4e5, 1.6e6, 6e6, 2e7]
+
+
+def _tau(t, c=3.6, a=1.2, b=0.3, t0=1e6):
+    return c - a * (t / t0) ** -b
+
+
+def test_fit_recovers_a_known_saturating_curve():
+    fit = fit_tau_curve([(t, _tau(t), s) for t in SIZES for s in (0, 1)])
+    assert fit.model == "saturating" and fit.ceiling == pytest.approx(3.6, abs=1e-6)
+    assert fit.predict(3e7) == pytest.approx(_tau(3e7), abs=1e-6)
+    for goal in (3.0, 3.5):
+        truth = 1e6 * (1.2 / (3.6 - goal)) ** (1 / 0.3)
+        need = tokens_for(fit, goal)
+        assert need.reachable and need.estimate == pytest.approx(truth, rel=1e-4)
+        assert need.low <= need.estimate <= need.high
+        est, low, high = need.as_tuple()
+        assert (low, high) == (need.low, need.high)
+    # with seed noise (0.02 in tau, two seeds) the 90% range holds the truth in most draws
+    truth = 1e6 * (1.2 / 0.6) ** (1 / 0.3)
+    held = ceiling_held = 0
+    for k in range(20):
+        rng = np.random.default_rng(k)
+        noisy = fit_tau_curve([(t, _tau(t) + rng.normal(0, 0.02), s) for t in SIZES
+                               for s in (0, 1)], n_boot=100)
+        need = tokens_for(noisy, 3.0)
+        held += need.low <= truth <= need.high
+        lo, hi = noisy.ceiling_range()
+        ceiling_held += lo <= 3.6 <= hi
+    assert held >= 14 and ceiling_held >= 14, (held, ceiling_held)
+
+
+def test_a_ceiling_below_the_goal_is_out_of_reach():
+    fit = fit_tau_curve([(t, _tau(t, c=2.6)) for t in SIZES])
+    need = tokens_for(fit, 3.0)
+    assert not need.reachable and need.as_tuple() == "out of reach"
+    assert need.estimate is None and "out of reach" in need.text and "2.6" in need.text
+    assert tokens_for(fit, 2.0).reachable  # below the ceiling it is not
+
+
+def test_few_sizes_fit_a_line_in_log_tokens_and_one_size_is_refused():
+    fit = fit_tau_curve([(1e5, 1.8), (1e6, 2.2), (1e7, 2.6)])
+    assert fit.model == "log-linear" and fit.ceiling is None
+    need = tokens_for(fit, 3.0)
+    assert need.estimate == pytest.approx(1e8, rel=1e-6) and "optimistic" in need.text
+    falling = fit_tau_curve([(1e5, 2.0), (1e6, 1.9)])
+    assert not tokens_for(falling, 3.0).reachable
+    two = tokens_for(fit_tau_curve([(1e5, 1.8), (1e6, 2.2)]), 3.0)  # 2 points, 2 parameters
+    assert two.low is None and two.high is None and "no range" in two.text
+    with pytest.raises(UserError, match="at least two"):
+        fit_tau_curve([(1e5, 1.8), (1e5, 1.9)])
+    with pytest.raises(UserError, match="tokens > 0"):
+        fit_tau_curve([(0, 1.8), (1e5, 1.9)])
+
+
+def test_compare_against_the_seed_spread():
+    a = pd.Series({"m_n": 2, "m": 2.0, "m_min": 1.95, "m_max": 2.05})
+    b = pd.Series({"m_n": 2, "m": 2.5, "m_min": 2.4, "m_max": 2.6})
+    c = compare(b, a, "m")
+    assert c.gap == pytest.approx(0.5) and c.spread == pytest.approx(0.2) and c.decisive
+    near = pd.Series({"m_n": 2, "m": 2.1, "m_min": 1.9, "m_max": 2.3})
+    assert compare(near, a, "m").decisive is False
+    one = pd.Series({"m_n": 1, "m": 2.5, "m_min": 2.5, "m_max": 2.5})
+    assert compare(one, a, "m").decisive is None
+    assert "spread unknown" in compare(one, a, "m").uncertainty()
+
+
+# --- a study written from known per-arm numbers, in the committed layout -------------------
+def _write_run(run_dir: Path, *, loss: float, tau: dict[str, float], tokens: int,
+               drop_late: bool = False, status: str = "done", settings=()) -> None:
+    """run.json, metrics.jsonl and live.json as `train` and `measure_live` write them:
+    eval loss falling to `loss` and flat, live tau `tau[setting]` at half and full run."""
+    run_dir.mkdir(parents=True)
+    xs = np.linspace(0, tokens, 21)
+    lines = []
+    for k, x in enumerate(xs):
+        v = loss + 2.0 * math.exp(-x / (tokens / 20))
+        if drop_late and x >= 0.8 * tokens:
+            v *= 0.9
+        acc = 0.5 - 0.1 * (v - loss)
+        lines.append({"step": k * 10, "epoch": 0, "tokens": int(x), "wall_s": float(k),
+                      "eval": {"loss": [v, v + 0.2], "full_acc": [acc, acc * 0.8],
+                               "cond_acc": [acc, 0.8]}})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (run_dir / "run.json").write_text(json.dumps({
+        "status": status, "summary": {"steps": 200, "tokens": tokens, "wall_s": 20.0,
+                                      "tokens_per_s": tokens / 20.0} if status == "done"
+        else None, "progress": {"step": 200, "tokens": tokens, "wall_s": 20.0}}))
+    rows = [{"fraction": f, "step": int(200 * f), "tokens": int(tokens * f), "path": "x",
+             "setting": s, "tau": tau[s] - (1 - f) * 0.2, "requests": 4,
+             "completion_tokens": round(1000 * (tau[s] - (1 - f) * 0.2)), "verify_ct": 1000,
+             "accept_histogram": [1000], "acceptance_cumulative": [], "per_prompt_tokens": [],
+             "per_prompt_verify": [], "seconds": 1.0}
+            for f in (0.5, 1.0) for s in settings]
+    (run_dir / "live.json").write_text(json.dumps({"run": run_dir.name, "engine": "static",
+                                                   "rows": rows}))
+
+
+def _synthetic_study(root: Path, *, tau_of, noise: float, late: str | None = None,
+                     skip=()) -> Path:
+    """The planner's own arms (data 100 / 400 / 1.6k unique tokens x weight decays 0.01 and
+    0.1 x seeds 0 and 1; regeneration at 400; a speculators recipe at 400), each run's
+    numbers from `tau_of(arm)` plus +-`noise` by seed; eval loss falls where tau rises."""
+    cfg = AtScaleConfig.from_dict(dict(
+        out=str(root), target="t", greedy=["g.jsonl"], eval_conversations="e.jsonl",
+        data_tokens=[100, 400, 1600], regen_tokens=400, recipes={"speculators": {}},
+        recipe_tokens=[400], tokens_per_run=10_000, live_settings=["3,1,4", "5,1,6"]))
+    arms = plan_arms(cfg)
+    for a in arms:
+        a["data"] = {"path": "d", "records": 1, "tokens": a["unique_tokens"], "sha256": "0"}
+        a["train"] = {}
+    (root / "study.json").parent.mkdir(parents=True, exist_ok=True)
+    (root / "study.json").write_text(json.dumps({
+        "format": "eagle3lab-study-atscale", "version": 1, "config": cfg.model_dump(),
+        "pool": {}, "steps_per_run": 200, "arms": arms}))
+    for a in arms:
+        if skip == "all" or a["name"] in skip:
+            continue
+        base = tau_of(a) + (noise if a["seed"] else -noise)
+        _write_run(root / "runs" / a["name"], loss=8.0 - base, tokens=10_000,
+                   tau={"3,1,4": base - 0.2, "5,1,6": base}, drop_late=a["name"] == late,
+                   settings=cfg.live_settings)
+    return root
+
+
+def _more_data_wins(a):
+    return 1.5 + 0.3 * math.log10(a["unique_tokens"] / 100) + (
+        0.1 if a["kind"] == "regen" and a["pair"] == "both" else 0.0) - (
+        0.05 if a["recipe"] == "speculators" else 0.0) + (
+        0.02 if a["weight_decay"] == 0.1 else 0.0)
+
+
+def test_verdict_names_the_arm_built_to_win(tmp_path):
+    res = load_results(_synthetic_study(tmp_path / "s", tau_of=_more_data_wins, noise=0.01,
+                                        late="data-0.4k-wd0.01-s1"))
+    table = equal_compute_table(res)
+    big = table[table["arm"] == "data-1.6k-wd0.01"].iloc[0]
+    small = table[table["arm"] == "data-0.1k-wd0.01"].iloc[0]
+    assert big["seeds"] == 2 and big["tau@5,1,6"] == pytest.approx(_more_data_wins(
+        {"unique_tokens": 1600, "kind": "data", "pair": False, "recipe": "eagle3lab",
+         "weight_decay": 0.01}), abs=1e-3)
+    assert big["tau@5,1,6_max"] - big["tau@5,1,6_min"] == pytest.approx(0.02, abs=2e-3)
+    v = verdict(res)
+    assert v["more_data_wins"] and v["decisive"] and v["metric"] == "live tau at 5,1,6"
+    assert v["text"].startswith("At equal compute (10,000 tokens per run), more data (1.6k "
+                                "unique answer tokens) beat longer training on less (100)")
+    assert f"{big['tau@5,1,6']:.2f} vs {small['tau@5,1,6']:.2f}" in v["text"]
+    assert "beyond the seed spread" in v["text"]
+    assert "late drop in eval loss (grokking?) in 1 of" in v["text"]
+    assert "data-0.4k-wd0.01-s1" in v["text"]
+    joined = " ".join(v["sentences"])
+    assert "Weight decay 0.1 vs 0.01: better live tau at 5,1,6 at 3 of 3 data sizes" in joined
+    assert "Regeneration at 400 unique answer tokens" in joined and "best both" in joined
+    assert "Recipe at 400 unique answer tokens" in joined and "best eagle3lab" in joined
+    # the planner on the final drafters: tau rises 0.3 per decade, three sizes: log-linear
+    plan = plan_budget(res, goals=(3.0,))
+    assert plan["fit"].model == "log-linear"
+    # (tau is read back from counts: completion tokens rounded per 1000 verify steps)
+    assert plan["fit"].params["a"] == pytest.approx(0.3, abs=2e-3)
+    assert plan["needs"][0].estimate == pytest.approx(100 * 10 ** ((3.0 - 1.5) / 0.3),
+                                                      rel=0.1)
+    numbers = summary_numbers(res)
+    assert numbers["atscale_runs_done"] == len(res.arms) and numbers["atscale_verdict"] == v["text"]
+    assert numbers["atscale_tokens_for_tau_3"] == pytest.approx(plan["needs"][0].estimate)
+
+
+def test_less_data_winning_a_tie_and_one_seed_are_said_so(tmp_path):
+    less = load_results(_synthetic_study(tmp_path / "less", noise=0.01,
+                                         tau_of=lambda a: 3.0 - _more_data_wins(a) + 1.5))
+    v = verdict(less)
+    assert not v["more_data_wins"] and v["text"].split(", ", 1)[1].startswith(
+        "longer training on less data (100 unique answer tokens) beat more data (1.6k)")
+    assert "beyond the seed spread" in v["text"]
+    tie = load_results(_synthetic_study(tmp_path / "tie", noise=0.5, tau_of=_more_data_wins))
+    v = verdict(tie)
+    assert v["decisive"] is False and "tie within seed noise" in v["text"]
+    assert "within the seed spread" in v["text"] and "no late drop" in v["text"]
+    # the second seeds not run yet: one seed, spread unknown; missing runs are listed
+    skip = ["data-0.1k-wd0.01-s1", "data-1.6k-wd0.01-s1"]
+    one = load_results(_synthetic_study(tmp_path / "one", noise=0.01, tau_of=_more_data_wins,
+                                        skip=skip))
+    assert set(one.arms.loc[one.arms["status"] == "missing", "run"]) == set(skip)
+    v = verdict(one)
+    assert "one seed: spread unknown" in v["text"] and v["decisive"] is None
+    # both seeds trained, one not yet decoded live: its tau has one seed, its loss two
+    (tmp_path / "one" / "runs" / "data-0.1k-wd0.01-s0" / "live.json").unlink()
+    t = equal_compute_table(load_results(tmp_path / "one"))
+    row = t[t["arm"] == "data-0.1k-wd0.01"].iloc[0]
+    assert row["seeds"] == 1 and row["tau@5,1,6_n"] == 0
+    t2 = equal_compute_table(load_results(tmp_path / "less"))
+    (tmp_path / "less" / "runs" / "data-1.6k-wd0.01-s1" / "live.json").unlink()
+    t3 = equal_compute_table(load_results(tmp_path / "less"))
+    big2, big3 = (x[x["arm"] == "data-1.6k-wd0.01"].iloc[0] for x in (t2, t3))
+    assert (big2["seeds"], big2["tau@5,1,6_n"]) == (2, 2)
+    assert (big3["seeds"], big3["tau@5,1,6_n"], big3["eval_loss_mean_n"]) == (2, 1, 2)
+    assert "one seed: spread unknown" in verdict(load_results(tmp_path / "less"))["text"]
+    assert "more data (1.6k unique answer tokens) came out ahead of longer training" in v["text"]
+
+
+def test_a_study_with_no_finished_run_renders_a_line(tmp_path):
+    res, line = open_results(tmp_path / "nothing-here")
+    assert res is None and "no study.json" in line
+    root = _synthetic_study(tmp_path / "s", noise=0.0, tau_of=_more_data_wins, skip="all")
+    res, line = open_results(root)
+    assert res is None and "No finished run yet" in line and "missing" in line
+    v = verdict(load_results(root))
+    assert v["text"].startswith("Not enough finished data arms")
+
+
+def test_unreadable_files_are_noted_and_the_rest_renders(tmp_path):
+    from eagle3lab.config import repo_root
+
+    root = _synthetic_study(tmp_path / "s", noise=0.01, tau_of=_more_data_wins)
+    (root / "runs" / "data-0.1k-wd0.01-s0" / "live.json").write_text("{not json")
+    (root / "runs" / "data-0.1k-wd0.01-s1" / "run.json").write_text("")
+    live = root / "runs" / "data-1.6k-wd0.01-s0" / "live.json"
+    rows = json.loads(live.read_text())
+    del rows["rows"][0]["verify_ct"]
+    live.write_text(json.dumps(rows))
+    res = load_results(root)
+    notes = " | ".join(res.notes)
+    assert len(res.notes) == 3 and "data-0.1k-wd0.01-s0/live.json is not a live.json" in notes
+    assert "data-1.6k-wd0.01-s0/live.json: row 0 has no raw counts" in notes
+    assert "data-0.1k-wd0.01-s1/run.json is not readable JSON" in notes
+    assert res.arms.set_index("run").loc["data-0.1k-wd0.01-s1", "status"] == "missing"
+    assert "Note: " in res.describe() and verdict(res)["text"].startswith("At equal compute")
+    (root / "study.json").write_text("{")
+    with pytest.raises(UserError, match="study.json is not valid JSON"):
+        load_results(root)
+    # a relative directory not found from here is the checkout's (the committed results)
+    res, line = open_results("data/studies/no-such-study")
+    assert res is None and str(repo_root() / "data/studies/no-such-study") in line
+
+
+# --- a REAL tiny study on the default target ---------------------------------------------
+#: Three runs that finish (two seeds of the half-data arm, one of the full-data arm) and
+#: one stopped early, all at the same token budget; one planned run never started.
+REAL_RUNS = [("data-half-wd0.01-s0", 0.5, 0, 0.01), ("data-half-wd0.01-s1", 0.5, 1, 0.01),
+             ("data-all-wd0.01-s0", 1.0, 0, 0.01), ("data-all-wd0.1-s0", 1.0, 0, 0.1)]
+MISSING = ("data-all-wd0.01-s1", 1.0, 1, 0.01)
+BUDGET = 3000
+
+
+@pytest.fixture(scope="session")
+def real_study(tmp_path_factory, default_target_dir, real_target) -> Path:
+    """Demo shards through the default target, drafters trained offline on 8 and 16 of
+    them, live tau of each finished run at half and full budget (CPU, 2 held-out prompts,
+    8 new tokens, 2,1,3), then `collect`: the committed layout (~60 s)."""
+    from eagle3lab.study.sweep import demo_data
+    from eagle3lab.train import read_run, train
+
+    root = tmp_path_factory.mktemp("atscale-real")
+    d = demo_data(root / "data", target=str(default_target_dir), n_train=16, n_eval=4,
+                  draft_vocab_size=256)
+    cfg = AtScaleConfig.from_dict(dict(
+        out=str(root / "study"), target=str(default_target_dir), greedy=["g.jsonl"],
+        eval_conversations="e.jsonl", data_tokens=[500, 0], weight_decays=[0.01, 0.1],
+        seeds=[0, 1], tokens_per_run=BUDGET, live_points=[0.5, 1.0], live_settings=["2,1,3"],
+        live_limit=2, live_max_new_tokens=8, live_dtype="float32", live_batch_size=2,
+        regen_tokens=None))
+    arms = []
+    for name, frac, seed, wd in REAL_RUNS + [MISSING]:
+        out = root / "study" / "runs" / name
+        kw = dict(data=d["train"], eval_data=d["eval"], out=str(out), data_fraction=frac,
+                  seed=seed, weight_decay=wd, max_tokens=BUDGET, epochs=100,
+                  max_tokens_per_batch=256, eval_every=1, checkpoint_every=4,
+                  keep_checkpoints=10, lr=1e-3, device="cpu", progress=False)
+        if name != MISSING[0]:
+            train(**kw, stop_after_steps=2 if wd == 0.1 else None)
+        arms.append({"name": name, "kind": "data", "source": "greedy",
+                     "unique_tokens": 0 if frac == 1 else 500, "pair": False,
+                     "weight_decay": wd, "seed": seed, "recipe": "eagle3lab", "train": kw})
+    for a in arms:  # the actual unique answer tokens: what each run trained on
+        run = root / "study" / "runs" / a["name"]
+        tokens = read_run(run)["data"]["tokens_per_epoch"] if (run / "run.json").is_file() \
+            else None
+        a["data"] = {"path": d["train"], "records": None, "tokens": tokens, "sha256": None}
+    (root / "study" / "study.json").write_text(json.dumps({
+        "format": "eagle3lab-study-atscale", "version": 1, "config": cfg.model_dump(),
+        "pool": {}, "steps_per_run": None, "arms": arms}))
+    for name, *_ in REAL_RUNS[:3]:
+        measure_live(root / "study", name, target=real_target, device="cpu")
+    collect(root / "study", root / "committed")
+    return root / "committed"
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_real_study_read_back_from_its_files(real_study):
+    res = load_results(real_study)
+    status = dict(zip(res.arms["run"], res.arms["status"]))
+    assert status == {"data-half-wd0.01-s0": "done", "data-half-wd0.01-s1": "done",
+                      "data-all-wd0.01-s0": "done", "data-all-wd0.1-s0": "running",
+                      "data-all-wd0.01-s1": "missing"}
+    assert not any((real_study / "runs" / r / "checkpoints").exists() for r in status)
+    for _, a in res.arms[res.arms["status"] == "done"].iterrows():
+        run = json.loads((real_study / "runs" / a["run"] / "run.json").read_text())
+        assert a["tokens"] == run["summary"]["tokens"] >= BUDGET
+        assert a["unique_tokens"] == run["data"]["tokens_per_epoch"]
+    half, full = (res.arms.set_index("run").loc[r, "unique_tokens"]
+                  for r in ("data-half-wd0.01-s0", "data-all-wd0.01-s0"))
+    assert half < full
+    # live: tau from the summed raw counts = the per-prompt counts summed = what was written
+    for _, r in res.live.iterrows():
+        raw = json.loads((real_study / "runs" / r["run"] / "live.json").read_text())["rows"]
+        row = next(x for x in raw if x["step"] == r["step"] and x["setting"] == r["setting"])
+        assert r["tau"] == pytest.approx(sum(row["per_prompt_tokens"])
+                                         / sum(row["per_prompt_verify"]))
+        assert r["tau"] == pytest.approx(row["tau"]) and r["requests"] == 2
+        assert r["sim_chain"] is not None and r["eval_tokens"] is not None
+    assert sorted(res.live["run"].unique()) == sorted(r for r, s in status.items()
+                                                      if s == "done")
+    assert set(res.live["fraction"]) == {0.5, 1.0}
+    # curves: every eval line of every run that has metrics
+    for run in ("data-half-wd0.01-s0", "data-all-wd0.1-s0"):
+        lines = [json.loads(x) for x in (real_study / "runs" / run / "metrics.jsonl")
+                 .read_text().splitlines()]
+        got = res.curves[(res.curves["run"] == run) & res.curves["eval_loss_mean"].notna()]
+        assert len(got) == sum(1 for x in lines if x.get("eval"))
+    # plateaus: one row per run with curves, consistent with the rule on its own curve
+    assert set(res.plateaus["run"]) == {r for r, s in status.items() if s != "missing"}
+    for _, p in res.plateaus.iterrows():
+        c = res.curves[res.curves["run"] == p["run"]]
+        again = plateau_check(c, "eval_loss_mean")
+        assert p["first_start"] == again.first_start and p["late_drop"] == again.late_drop
+        assert p["text"] == again.describe()
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_real_study_table_verdict_and_planner(real_study):
+    res = load_results(real_study)
+    fin = final_values(res)
+    assert sorted(fin["run"]) == sorted(res.done)
+    from eagle3lab.train.counts import read_metrics
+
+    for _, f in fin.iterrows():  # the last logged value of each metric, per run
+        df = read_metrics(real_study / "runs" / f["run"])
+        for m in FINAL_METRICS:
+            assert f[m] == pytest.approx(df[m].dropna().iloc[-1])
+    table = equal_compute_table(res)
+    half = table[table["arm"] == "data-half-wd0.01"].iloc[0]
+    seeds = fin[fin["arm"] == "data-half-wd0.01"]
+    assert half["seeds"] == 2 and half["seeds_planned"] == 2
+    assert half["eval_loss_mean"] == pytest.approx(seeds["eval_loss_mean"].mean())
+    assert half["tau@2,1,3_min"] == pytest.approx(seeds["tau@2,1,3"].min())
+    assert half["tau@2,1,3_max"] == pytest.approx(seeds["tau@2,1,3"].max())
+    assert "data-all-wd0.1" not in set(table["arm"])  # not finished: not at equal compute
+    v = verdict(res)  # 5,1,6 not measured here: the verdict reads the shape that was
+    assert v["metric"] == "live tau at 2,1,3"
+    full = table[table["arm"] == "data-all-wd0.01"].iloc[0]
+    wins = full["tau@2,1,3"] > half["tau@2,1,3"]
+    assert v["more_data_wins"] == wins and "one seed: spread unknown" in v["text"]
+    assert ("tie exactly" in v["text"]) == (full["tau@2,1,3"] == half["tau@2,1,3"])
+    assert f"{full['tau@2,1,3']:.2f} vs {half['tau@2,1,3']:.2f}" in v["text"]
+    pts = planner_points(res, setting="2,1,3")
+    assert sorted(p[0] for p in pts) == sorted([half["unique_tokens"]] * 2
+                                               + [full["unique_tokens"]])
+    plan = plan_budget(res, setting="2,1,3", goals=(3.0, 3.5))
+    assert plan["fit"].model == "log-linear" and len(plan["needs"]) == 2
+    assert [n.as_tuple() for n in plan["needs"]] == [
+        tokens_for(fit_tau_curve(pts), g).as_tuple() for g in (3.0, 3.5)]
+
+
+def _section(notebook: str, out: Path) -> Path:
+    """The notebook's parameters cell and its at-scale section (cells tagged `atscale`),
+    as a notebook of their own: the section must run from the parameters alone."""
+    nb = json.loads((NOTEBOOKS / notebook).read_text())
+    tags = [set(c.get("metadata", {}).get("tags", [])) for c in nb["cells"]]
+    assert sum("atscale" in t for t in tags) >= 2, f"{notebook} has no at-scale section"
+    nb["cells"] = [c for c, t in zip(nb["cells"], tags) if t & {"parameters", "atscale"}]
+    out.write_text(json.dumps(nb))
+    return out
+
+
+def _execute(path: Path, params: dict) -> tuple[str, int, dict]:
+    import papermill as pm
+
+    from eagle3lab.report.summary import read_summary
+
+    pm.execute_notebook(str(path), str(path), kernel_name="python3", progress_bar=False,
+                        parameters=params, cwd=str(path.parent))
+    nb = json.loads(path.read_text())
+    texts, images = [], 0
+    for c in nb["cells"]:
+        for o in c.get("outputs", []):
+            t = o.get("text") or o.get("data", {}).get("text/plain", "")
+            texts.append(t if isinstance(t, str) else "".join(t))
+            images += "image/png" in o.get("data", {})
+    return "\n".join(texts), images, read_summary(nb) or {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook", ["06_grokking_vs_data.ipynb", "02_training_curves.ipynb"])
+def test_notebook_sections_say_one_line_without_results(tmp_path, notebook):
+    text, images, numbers = _execute(_section(notebook, tmp_path / notebook),
+                                     {"atscale_dir": str(tmp_path / "absent")})
+    assert f"No at-scale results in {tmp_path / 'absent'}" in text
+    assert images == 0 and not any(k.startswith("atscale") for k in numbers)
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_notebook_sections_render_the_real_study(tmp_path, real_study):
+    text, images, numbers = _execute(_section("06_grokking_vs_data.ipynb", tmp_path / "06.ipynb"),
+                                     {"atscale_dir": str(real_study)})
+    res = load_results(real_study)
+    assert res.describe() in text
+    v = verdict(res)
+    assert v["text"] in text and numbers["atscale_verdict"] == v["text"]
+    assert numbers["atscale_runs_done"] == 3 and numbers["atscale_runs_planned"] == 5
+    plan = plan_budget(res)  # 5,1,6 not measured in this tiny study: the shape that was
+    assert plan["setting"] == "2,1,3" and plan["fit"].model == "log-linear"
+    assert plan["text"] in text and all(n.text in text for n in plan["needs"])
+    assert images >= 5  # curves, equal-compute table, live tau, curves vs serving, planner
+    text2, images2, _ = _execute(_section("02_training_curves.ipynb", tmp_path / "02.ipynb"),
+                                 {"atscale_dir": str(real_study)})
+    assert images2 == 1 and res.describe() in text2
+    for run in res.plateaus["run"]:
+        assert run in text2

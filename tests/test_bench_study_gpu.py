@@ -1,0 +1,117 @@
+"""bench/study_gpu.py on the CPU at tiny sizes: the data stage (self-prompt, split, greedy,
+sampled and held-out answers, packs that unpack to the same bytes), then plan, train (runs
+at once, online, live decoding of the checkpoints along the way) and collect."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "study_gpu.py"
+ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def _run(*args, timeout=900):
+    r = subprocess.run([sys.executable, "-P", str(SCRIPT), *map(str, args)],
+                       capture_output=True, text=True, timeout=timeout, env=ENV)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    return r.stdout + r.stderr
+
+
+@pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.full
+def test_data_stage_packs_what_unpacks(tmp_path, default_target_dir):
+    w = tmp_path / "w"
+    out = _run("data", "--work", w, "--target", default_target_dir, "--device", "cpu",
+               "--dtype", "float32", "--prompts", 4, "--self-prompt-batch", 8, "--procs", 2,
+               "--batch-size", 2, "--max-new-tokens", 6, "--sampled", 2,
+               "--sampled-batch-size", 2, "--eval-limit", 2)
+    assert "data finished: {'greedy-0': True, 'greedy-1': True, 'sampled': True, 'eval': True}" \
+        in out
+    gen = w / "gen"
+    parts = [gen / "prompts-0.jsonl", gen / "prompts-1.jsonl"]
+    assert b"".join(p.read_bytes() for p in parts) == (gen / "prompts.jsonl").read_bytes()
+    # a second call finds everything done and starts nothing
+    again = _run("data", "--work", w, "--target", default_target_dir, "--device", "cpu",
+                 "--dtype", "float32", "--prompts", 4, "--procs", 2, "--sampled", 2,
+                 "--eval-limit", 2)
+    assert "start " not in again
+    # the packs (as they come back from the device: flat) rebuild the same files
+    flat = tmp_path / "back"
+    flat.mkdir()
+    for f in (w / "pack").rglob("*.npz"):
+        (flat / f.name).write_bytes(f.read_bytes())
+    _run("unpack", "--work", tmp_path / "w2", "--packs", flat, "--target", default_target_dir)
+    for name in ("greedy-0", "greedy-1", "sampled", "eval", "prompts"):
+        assert (tmp_path / "w2/gen" / f"{name}.jsonl").read_bytes() == \
+            (gen / f"{name}.jsonl").read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.full
+def test_plan_train_collect(tmp_path, tiny_target_dir):
+    from eagle3lab.data.regenerate import regenerate
+
+    w = tmp_path / "w"
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Say {i} words."}) + "\n"
+                               for i in range(12)))
+    for name, extra in (("greedy-0", {}), ("sampled", {"temperature": 0.8, "limit": 6}),
+                        ("eval", {"limit": 3})):
+        regenerate(prompts=str(prompts), out=str(w / "gen" / f"{name}.jsonl"),
+                   target=str(tiny_target_dir), max_new_tokens=12, batch_size=4,
+                   progress=False, **extra)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({
+        "target": "set by --target", "greedy": ["gen/greedy-0.jsonl"],
+        "sampled": ["gen/sampled.jsonl"], "eval_conversations": "gen/eval.jsonl",
+        "data_tokens": [30, 0], "weight_decays": [0.01], "seeds": [0], "tokens_per_run": 600,
+        "regen_tokens": None, "evals_per_run": 4, "live_settings": ["2,1,3"],
+        "live_prompts": str(prompts), "live_limit": 2, "live_max_new_tokens": 6,
+        "live_dtype": "float32", "live_batch_size": 2,
+        "train": {"max_tokens_per_batch": 64, "ttt_steps": 2, "draft_vocab_size": 128,
+                  "warmup_steps": 0}}))
+    _run("plan", "--work", w, "--config", cfg, "--target", tiny_target_dir)
+    study = json.loads((w / "study/study.json").read_text())
+    assert [a["name"] for a in study["arms"]] == ["data-0.03k-wd0.01-s0",
+                                                  "data-all-wd0.01-s0"]
+    out = _run("train", "--work", w, "--device", "cpu", "--jobs", 2)
+    assert "2/2 runs finished, 2 decoded live" in out
+    for a in study["arms"]:
+        run = w / "study/runs" / a["name"]
+        info = json.loads((run / "run.json").read_text())
+        assert info["status"] == "done" and info["summary"]["tokens"] >= 600
+        live = json.loads((run / "live.json").read_text())
+        fracs = [r["fraction"] for r in live["rows"]]
+        assert fracs[-1] == 1.0 and len(fracs) >= 3  # checkpoints along the way + final
+        for r in live["rows"]:  # tau from the raw counts
+            assert r["tau"] == pytest.approx(r["completion_tokens"] / r["verify_ct"])
+            assert sum(r["accept_histogram"]) == r["verify_ct"]
+        assert not (run / "checkpoints").exists()  # deleted once decoded
+        assert set(live["serving"]) >= {"vllm", "sglang"}  # the doctor's verdict per engine
+        assert live["serving"]["vllm"]["serves"] is True
+    _run("collect", "--work", w, "--dest", tmp_path / "res")
+    got = sorted(p.relative_to(tmp_path / "res").as_posix()
+                 for p in (tmp_path / "res").rglob("*") if p.is_file())
+    assert got == ["runs/data-0.03k-wd0.01-s0/live.json", "runs/data-0.03k-wd0.01-s0/metrics.jsonl",
+                   "runs/data-0.03k-wd0.01-s0/run.json", "runs/data-all-wd0.01-s0/live.json",
+                   "runs/data-all-wd0.01-s0/metrics.jsonl", "runs/data-all-wd0.01-s0/run.json",
+                   "study.json"]
+
+    # a later session on a fresh machine: the same plan, the collected results restored,
+    # nothing trained or decoded again
+    w2 = tmp_path / "w2"
+    (w2 / "gen").mkdir(parents=True)
+    for f in (w / "gen").iterdir():
+        (w2 / "gen" / f.name).write_bytes(f.read_bytes())
+    _run("plan", "--work", w2, "--config", cfg, "--target", tiny_target_dir)
+    assert "restored 2 finished runs" in _run("restore", "--work", w2, "--results",
+                                              tmp_path / "res")
+    assert "0 runs to train, 0 to decode live" in _run("train", "--work", w2, "--device",
+                                                        "cpu", "--jobs", 2)

@@ -220,14 +220,19 @@ def stage_data(args) -> int:
 def stage_plan(args) -> int:
     from eagle3lab.study.atscale import AtScaleConfig, prepare_study
 
-    raw = json.loads(Path(args.config).read_text())
+    from eagle3lab.fsutil import read_json_object
+
+    raw = read_json_object(Path(args.config), what="study config",
+                           fix="Give a JSON object of AtScaleConfig fields "
+                           "(data/studies/h200-grok/config.json is one).")
     work = Path(args.work)
     # paths in the config are relative to the work directory
     for k in ("greedy", "sampled"):
         raw[k] = [str(work / p) for p in raw.get(k, [])]
-    raw["eval_conversations"] = str(work / raw["eval_conversations"])
+    if isinstance(raw.get("eval_conversations"), str):
+        raw["eval_conversations"] = str(work / raw["eval_conversations"])
     raw["out"] = str(work / "study")
-    raw["target"] = args.target or raw["target"]
+    raw["target"] = args.target or raw.get("target")
     cfg = AtScaleConfig.from_dict(raw, where=f"{args.config}")
     study = prepare_study(cfg)
     log(f"{len(study['arms'])} runs of {cfg.tokens_per_run:,} tokens "

@@ -143,19 +143,12 @@ def split_lines(src: Path, parts: int) -> list[Path]:
     return out
 
 
-def finished(out: Path, prompts_file: Path | str, limit: int | None = None) -> bool:
-    """A regenerate output holds an answer (or a skip) for every prompt."""
-    meta = out.with_name(out.name + ".meta.json")
-    if not meta.is_file():
-        return False
-    m = json.loads(meta.read_text())
-    if str(prompts_file) in ("eval", "train"):
-        from eagle3lab.data.prompts import load_prompts
-        n = len(load_prompts(str(prompts_file), limit=limit))
-    else:
-        n = sum(1 for line in open(prompts_file, encoding="utf-8") if line.strip())
-        n = min(n, limit) if limit else n
-    return m.get("records", 0) + len(m.get("skipped_too_long", [])) >= n
+def finished(out: Path, prompts: int) -> bool:
+    """A regenerate output holds an answer (or a skip) for each of its `prompts`."""
+    from eagle3lab.data.regenerate import read_meta
+
+    m = read_meta(out, "eagle3lab-conversations")
+    return m is not None and m.get("records", 0) + len(m.get("skipped_too_long", [])) >= prompts
 
 
 def pack_whole(src: Path, dest: Path, **kw) -> None:
@@ -169,15 +162,16 @@ def pack_whole(src: Path, dest: Path, **kw) -> None:
 
 
 def stage_data(args) -> int:
+    from eagle3lab.data.prompts import load_prompts
+    from eagle3lab.data.regenerate import read_meta
+
     work, deadline = Path(args.work), Deadline(args.deadline_s)
     gen = work / "gen"
     gen.mkdir(parents=True, exist_ok=True)
     common = ["--target", args.target, "--dtype", args.dtype, "--device", args.device]
     prompts = gen / "prompts.jsonl"
-    meta = prompts.with_name(prompts.name + ".meta.json")
-    have = (json.loads(meta.read_text()).get("counts", {}).get("kept", 0)
-            if meta.is_file() else 0)
-    if not meta.is_file() or have < args.prompts:
+    meta = read_meta(prompts, "eagle3lab-prompts") or {}
+    if meta.get("counts", {}).get("kept", 0) < args.prompts:
         codes = run_all([("self-prompt", eagle3lab(
             "self-prompt", *common, "--out", str(prompts), "--num-prompts", str(args.prompts),
             "--batch-size", str(args.self_prompt_batch), "--seed", str(args.seed),
@@ -197,14 +191,17 @@ def stage_data(args) -> int:
             "--batch-size", str(args.sampled_batch_size)])
     outputs["eval"] = (gen / "eval.jsonl", "eval", args.eval_limit,
                        ["--limit", str(args.eval_limit)] if args.eval_limit else [])
+    want = {name: len(load_prompts(str(src), limit=lim))  # prompts each output answers
+            for name, (_, src, lim, _) in outputs.items()}
     jobs = [(name, eagle3lab("regenerate", *gcommon, *extra, "--prompts", str(src),
                              "--out", str(out)))
-            for name, (out, src, lim, extra) in outputs.items() if not finished(out, src, lim)]
+            for name, (out, src, lim, extra) in outputs.items()
+            if not finished(out, want[name])]
     codes = run_all(jobs, deadline=deadline, logs=work / "logs") if jobs else {}
     bad = {k: c for k, c in codes.items() if c}
     status = {}
-    for name, (out, src, lim, _) in outputs.items():
-        status[name] = out.is_file() and finished(out, src, lim)
+    for name, (out, *_) in outputs.items():
+        status[name] = finished(out, want[name])
         packed = work / "pack" / name
         if status[name] and not packed.is_dir() and deadline.left() > 30:
             pack_whole(out, packed, max_bytes=args.pack_bytes, target=args.target)
@@ -218,9 +215,8 @@ def stage_data(args) -> int:
 
 # --- plan, train, live ----------------------------------------------------------------------
 def stage_plan(args) -> int:
-    from eagle3lab.study.atscale import AtScaleConfig, prepare_study
-
     from eagle3lab.fsutil import read_json_object
+    from eagle3lab.study.atscale import AtScaleConfig, prepare_study
 
     raw = read_json_object(Path(args.config), what="study config",
                            fix="Give a JSON object of AtScaleConfig fields "

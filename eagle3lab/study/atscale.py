@@ -33,7 +33,8 @@ from pydantic import Field
 from eagle3lab.config import StrictConfig
 from eagle3lab.data.regenerate import meta_path
 from eagle3lab.errors import UserError
-from eagle3lab.fsutil import atomic_path, atomic_write_json, sha256_file
+from eagle3lab.fsutil import atomic_path, atomic_write_json, read_json_object, sha256_file
+from eagle3lab.study.runs import list_checkpoints
 from eagle3lab.train.config import check_train_overrides
 
 STUDY_FORMAT = "eagle3lab-study-atscale"
@@ -298,10 +299,15 @@ def plan_arms(cfg: AtScaleConfig) -> list[dict[str, Any]]:
     return runs
 
 
+def recipe_settings(cfg: AtScaleConfig, recipe: str = "eagle3lab") -> dict[str, Any]:
+    """A run's TrainConfig overrides before the study's own: OUR_RECIPE, the study's
+    `train`, then the named recipe's."""
+    return {**OUR_RECIPE, **cfg.train, **cfg.recipes.get(recipe, {})}
+
+
 def steps_per_run(cfg: AtScaleConfig, recipe: str = "eagle3lab") -> int:
     """Optimizer steps of a run of `recipe` (estimated from full batches)."""
-    tpb = {**OUR_RECIPE, **cfg.train, **cfg.recipes.get(recipe, {})}.get(
-        "max_tokens_per_batch", 2048)
+    tpb = recipe_settings(cfg, recipe).get("max_tokens_per_batch", 2048)
     return max(1, -(-cfg.tokens_per_run // tpb))
 
 
@@ -310,8 +316,7 @@ def train_kwargs(cfg: AtScaleConfig, arm: dict[str, Any], data_file: str) -> dic
     (`max_tokens`), `evals_per_run` evaluations, and a checkpoint every 1/`CHECKPOINT_SLOTS`
     of the run (all kept: the live points pick the nearest by tokens)."""
     steps = steps_per_run(cfg, arm["recipe"])
-    over = {**OUR_RECIPE, **cfg.train, **cfg.recipes.get(arm["recipe"], {})}
-    return {**over, "online": True, "conversations": data_file,
+    return {**recipe_settings(cfg, arm["recipe"]), "online": True, "conversations": data_file,
             "eval_conversations": cfg.eval_conversations, "target": cfg.target,
             "out": str(Path(cfg.out) / "runs" / arm["name"]), "weight_decay": arm["weight_decay"],
             "seed": arm["seed"], "epochs": 100_000, "max_tokens": cfg.tokens_per_run,
@@ -365,7 +370,8 @@ def read_study(study_dir: str | os.PathLike) -> dict[str, Any]:
     if not p.is_file():
         raise UserError(f"{study_dir} holds no study.json (make it with prepare_study or "
                         f"`bench/study_gpu.py plan`).")
-    study = json.loads(p.read_text())
+    study = read_json_object(p, what="study record", fix="Copy it again from the study "
+                             "directory (atscale.collect), or plan the study again.")
     if study.get("format") != STUDY_FORMAT:
         raise UserError(f"{p} is not an at-scale study ({study.get('format')!r}).")
     return study
@@ -378,12 +384,11 @@ def live_points(run_dir: str | os.PathLike, *, fractions: list[float],
     whose tokens processed are nearest to fraction x tokens_per_run, for 1 the final
     drafter (final/)."""
     run_dir = Path(run_dir)
-    cks = []
-    for d in (run_dir / "checkpoints").glob("step-*"):
-        info_path = d / "checkpoint.json"
-        if (d / "config.json").is_file() and info_path.is_file():
-            info = json.loads(info_path.read_text())
-            cks.append({"step": info.get("step"), "tokens": info.get("tokens"), "path": str(d)})
+    table = list_checkpoints(run_dir, source="eagle3lab")
+    steps = table[table["servable"] & table["tokens"].notna()
+                  & (table["path"] != str(run_dir / "final"))]
+    cks = [{"step": int(r.step), "tokens": int(r.tokens), "path": r.path}
+           for r in steps.itertuples()]
     pts = []
     for p in sorted(set(fractions)):
         if p >= 1:
@@ -393,9 +398,8 @@ def live_points(run_dir: str | os.PathLike, *, fractions: list[float],
                 pts.append({"fraction": 1.0, "step": summary.get("steps"),
                             "tokens": summary.get("tokens"), "path": str(final)})
             continue
-        near = [c for c in cks if c["tokens"] is not None]
-        if near:
-            c = min(near, key=lambda c: abs(c["tokens"] - p * tokens_per_run))
+        if cks:
+            c = min(cks, key=lambda c: abs(c["tokens"] - p * tokens_per_run))
             if all(c["path"] != q["path"] for q in pts):
                 pts.append({"fraction": p, **c})
     return pts

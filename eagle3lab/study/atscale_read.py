@@ -289,11 +289,7 @@ def load_results(study_dir: str | os.PathLike, *, plateau_metric: str = "eval_lo
     import pandas as pd
 
     study_dir = resolve_study_dir(study_dir)
-    try:
-        study = read_study(study_dir)
-    except ValueError:  # json.JSONDecodeError: a torn or hand-edited file
-        raise UserError(f"{study_dir / 'study.json'} is not valid JSON: copy it again from "
-                        f"the study directory (atscale.collect).") from None
+    study = read_study(study_dir)  # a torn or hand-edited file: one line
     notes: list[str] = []
     arm_rows, curves, live_rows, plateau_rows = [], [], [], []
     for a in study.get("arms") or []:

@@ -14,6 +14,7 @@ Stages (each a subcommand; WORK is the study's work directory on the device):
             them at temperature 0.8, answer the held-out prompts greedily; pack every
             finished file into WORK/pack (uint16 token ids, <= 15 MiB parts)
     unpack  rebuild the conversation files from carried packs (a later session)
+    describe  the data record committed beside the packs (data.json), after unpack
     plan    the pool, each arm's data and study.json from a config JSON
             (eagle3lab.study.atscale.AtScaleConfig)
     train   every unfinished arm, --jobs at a time on the one GPU, online; then each
@@ -252,7 +253,7 @@ def stage_train(args) -> int:
     cfg_dir = work / "configs"
     cfg_dir.mkdir(exist_ok=True)
     running: dict[str, tuple[subprocess.Popen, object]] = {}
-    live_proc: tuple[subprocess.Popen, object, str] | None = None
+    living: dict[str, tuple[subprocess.Popen, object]] = {}  # live decodes in flight
     def failed_before(a) -> bool:
         run = Path(a["train"]["out"]) / "run.json"
         return run.is_file() and json.loads(run.read_text()).get("status") == "failed"
@@ -268,7 +269,7 @@ def stage_train(args) -> int:
     log(f"{len(queue)} runs to train, {len(to_live)} to decode live")
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
-    while queue or running or to_live or live_proc:
+    while queue or running or to_live or living:
         while queue and len(running) < args.jobs and deadline.left() > 60:
             a = queue.pop(0)
             cfgp = cfg_dir / f"{a['name']}.json"
@@ -291,18 +292,20 @@ def stage_train(args) -> int:
                     to_live.append(name)
                 elif p.returncode is not None and p.returncode > 0:
                     failed.append(name)
-        if live_proc is None and to_live and deadline.left() > 60:
+        while to_live and len(living) < args.live_jobs and deadline.left() > 60:
             name = to_live.pop(0)
             f = open(logs / f"live-{name}.log", "a")
             code = ("import sys; from eagle3lab.study.atscale import measure_live; "
                     f"measure_live({str(study_dir)!r}, {name!r}, device={args.device!r}, "
                     "progress=True)")
-            live_proc = (subprocess.Popen([sys.executable, "-c", code], stdout=f,
-                                          stderr=subprocess.STDOUT, cwd=ROOT,
-                                          **OWN_GROUP), f, name)
+            living[name] = (subprocess.Popen([sys.executable, "-c", code], stdout=f,
+                                             stderr=subprocess.STDOUT, cwd=ROOT,
+                                             **OWN_GROUP), f)
             log(f"live {name}")
-        if live_proc is not None and live_proc[0].poll() is not None:
-            p, f, name = live_proc
+        for name, (p, f) in list(living.items()):
+            if p.poll() is None:
+                continue
+            del living[name]
             f.close()
             log(f"live {name} exited {p.returncode}"
                 + ("" if p.returncode == 0 else f": {tail(logs / f'live-{name}.log')}"))
@@ -310,17 +313,15 @@ def stage_train(args) -> int:
                 failed.append(f"live {name}")
             if p.returncode == 0 and not args.keep_checkpoints:
                 shutil.rmtree(study_dir / "runs" / name / "checkpoints", ignore_errors=True)
-            live_proc = None
         if deadline.left() <= 0:
-            stop(*(p for p, _ in running.values()),
-                 *([live_proc[0]] if live_proc is not None else []))
+            stop(*(p for p, _ in running.values()), *(p for p, _ in living.values()))
             for name, (p, f) in running.items():
                 f.close()
                 log(f"train {name} stopped at the deadline (a later call resumes it)")
-            if live_proc is not None:
-                live_proc[1].close()
+            for p, f in living.values():
+                f.close()
             break
-        if not running and not live_proc and (not queue or deadline.left() <= 60) and (
+        if not running and not living and (not queue or deadline.left() <= 60) and (
                 not to_live or deadline.left() <= 60):
             break
         time.sleep(2.0)
@@ -391,6 +392,41 @@ def stage_unpack(args) -> int:
     return 0
 
 
+def stage_describe(args) -> int:
+    """Write the data record committed beside the packs (`data.json`): each pack's bytes
+    and sha256, each rebuilt file's bytes, sha256, records and generation parameters (from
+    its meta file), the target, and the pool's counts when a plan exists (WORK/study)."""
+    from eagle3lab.data.regenerate import meta_path
+    from eagle3lab.fsutil import atomic_write_json, read_json_object, sha256_file
+
+    work, packs = Path(args.work), Path(args.packs)
+    out: dict = {"format": "eagle3lab-study-data", "version": 1, "made": args.made,
+                 "target": None, "packs": {}, "files": {}}
+    for f in sorted(packs.rglob("*.part*.npz")):
+        out["packs"][f.name] = {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
+    names = sorted({f.split(".part")[0] for f in out["packs"]})
+    for name in names:
+        f = work / "gen" / f"{name}.jsonl"
+        if not f.is_file():
+            from eagle3lab.errors import UserError
+
+            raise UserError(f"{f} is missing: run `unpack --work {work} --packs {packs}` "
+                            f"first (describe reads the rebuilt files).")
+        m = meta_path(f)  # a conversations' or a prompts' meta file
+        meta = read_json_object(m, what="meta file") if m.is_file() else {}
+        out["target"] = out["target"] or meta.get("target")
+        out["files"][f.name] = {"bytes": f.stat().st_size, "sha256": sha256_file(f),
+                                "records": meta.get("records"), "params": meta.get("params"),
+                                "last_run": meta.get("last_run")}
+    plan = work / "study" / "study.json"
+    if plan.is_file():
+        out["pool"] = {k: v for k, v in json.loads(plan.read_text())["pool"].items()
+                       if k in ("greedy", "sampled")}
+    atomic_write_json(Path(args.dest), out)
+    log(f"described {len(out['packs'])} packs, {len(out['files'])} files into {args.dest}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -420,10 +456,17 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--pack-bytes", type=int, default=15 * 2**20)
     u = sub.add_parser("unpack", parents=[common], help="rebuild conversations from packs")
     u.add_argument("--packs", required=True, help="folder of packed sets (one folder each)")
+    ds = sub.add_parser("describe", parents=[common], help="the data record (data.json) of "
+                        "carried packs, after unpack (and plan, for the pool's counts)")
+    ds.add_argument("--packs", required=True, help="folder of packed sets")
+    ds.add_argument("--dest", required=True, help="where data.json goes")
+    ds.add_argument("--made", required=True, help="when, where and by what the data was made")
     p = sub.add_parser("plan", parents=[common], help="pool, arm data, study.json")
     p.add_argument("--config", required=True)
     t = sub.add_parser("train", parents=[common], help="train and decode the arms")
     t.add_argument("--jobs", type=int, default=4, help="runs at once on the one GPU")
+    t.add_argument("--live-jobs", type=int, default=2,
+                   help="finished runs decoded live at once (each its own process)")
     t.add_argument("--limit-runs", type=int, default=None, help="only the first N planned runs")
     t.add_argument("--only", default=None, help="comma-separated run names")
     t.add_argument("--keep-checkpoints", action="store_true")
@@ -437,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.stage == "data" and not args.target:
         ap.error("data needs --target")
-    return {"data": stage_data, "unpack": stage_unpack, "plan": stage_plan,
+    return {"data": stage_data, "unpack": stage_unpack, "describe": stage_describe,
+            "plan": stage_plan,
             "train": stage_train, "restore": stage_restore,
             "collect": stage_collect}[args.stage](args)
 

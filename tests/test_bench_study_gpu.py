@@ -51,6 +51,18 @@ def test_data_stage_packs_what_unpacks(tmp_path, default_target_dir):
     for name in ("greedy-0", "greedy-1", "sampled", "eval", "prompts"):
         assert (tmp_path / "w2/gen" / f"{name}.jsonl").read_bytes() == \
             (gen / f"{name}.jsonl").read_bytes()
+    # the record committed beside the packs: every pack and rebuilt file by sha256
+    from eagle3lab.fsutil import sha256_file
+
+    _run("describe", "--work", tmp_path / "w2", "--packs", flat, "--dest",
+         tmp_path / "data.json", "--made", "a test")
+    rec = json.loads((tmp_path / "data.json").read_text())
+    assert rec["made"] == "a test" and rec["target"]["num_layers"] == 30
+    assert {n: v["sha256"] for n, v in rec["packs"].items()} == \
+        {f.name: sha256_file(f) for f in flat.iterdir()}
+    assert rec["files"]["greedy-0.jsonl"]["sha256"] == sha256_file(gen / "greedy-0.jsonl")
+    assert rec["files"]["sampled.jsonl"]["params"]["temperature"] == 0.8
+    assert rec["files"]["eval.jsonl"]["records"] == 2
 
 
 @pytest.mark.slow
@@ -81,7 +93,7 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     study = json.loads((w / "study/study.json").read_text())
     assert [a["name"] for a in study["arms"]] == ["data-0.03k-wd0.01-s0",
                                                   "data-all-wd0.01-s0"]
-    out = _run("train", "--work", w, "--device", "cpu", "--jobs", 2)
+    out = _run("train", "--work", w, "--device", "cpu", "--jobs", 2, "--live-jobs", 2)
     assert "2/2 runs finished, 2 decoded live" in out
     for a in study["arms"]:
         run = w / "study/runs" / a["name"]

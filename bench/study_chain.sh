@@ -1,0 +1,18 @@
+#!/bin/bash
+# The study's chain on the device (docs/study.md, "How a session runs"), started in the
+# background by the call that installs the carry:
+#   (setsid nohup bash bench/study_chain.sh [TRAIN OPTIONS] > /root/e3l/study/chain.log 2>&1 < /dev/null &)
+# unpack the committed packs, plan, put back the runs earlier sessions finished (committed
+# under data/studies/h200-grok/), train and decode the rest. Every stage resumes.
+# Extra arguments go to `train` (e.g. --jobs 2 --only NAME,NAME).
+set -u
+W=${STUDY_WORK:-/root/e3l/study}
+T=${E3L_TARGET:-/root/e3l/target}
+cd "$(dirname "$0")/.."
+export PYTHONPATH=/root/e3l/site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+S="python3 -P bench/study_gpu.py"
+$S unpack --work $W --packs data/studies/h200-grok/packs --target $T \
+  && $S plan --work $W --target $T --config data/studies/h200-grok/config.json \
+  && $S restore --work $W --results data/studies/h200-grok \
+  && $S train --work $W --device cuda "$@"
+echo "chain exited $?"

@@ -1,0 +1,21 @@
+#!/bin/bash
+# One poll of the study's chain on the device (docs/study.md): wait SECONDS, print the
+# chain's log tail and each run's newest metrics line, then put the small results (the
+# plan, each run's run.json, metrics.jsonl, live.json, and the logs) into ONE file,
+# $OUT/results.tar.gz (the device returns at most 8 files, 2 folders deep).
+#   bash bench/study_poll.sh SECONDS
+set -u
+W=${STUDY_WORK:-/root/e3l/study}
+cd "$(dirname "$0")/.."
+export PYTHONPATH=/root/e3l/site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+sleep "${1:-60}"
+tail -n 20 $W/chain.log
+for f in $W/study/runs/*/metrics.jsonl; do
+  [ -f "$f" ] && echo "$(basename $(dirname $f)): $(tail -n 1 $f | cut -c 1-90)"
+done
+nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+if [ -f $W/study/study.json ]; then
+  rm -rf $W/collected
+  python3 -P bench/study_gpu.py collect --work $W --dest $W/collected > /dev/null \
+    && tar -czf "$OUT/results.tar.gz" -C $W collected logs
+fi

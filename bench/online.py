@@ -18,10 +18,17 @@ the same tokens processed: the same steps of the same batches). Bytes written: t
 + vocab map (offline) vs the run's vocab map (online); both runs write the same
 checkpoints and final/. Results: WORK/online.json.
 
+--draft-attn K1,K2,... (TrainConfig.draft_attn values): the rows above use the first
+kernel that can train here; each other one then trains offline and online on the same
+shards and conversations (no states-cache run), and its steady tokens/s are shown beside
+the first's with their ratios ("draft_attn" in online.json). A kernel that cannot train
+here (flex on the CPU) is listed with the reason.
+
     .venv/bin/python bench/online.py --tiny                     # CPU, a tiny random target
     .venv/bin/python bench/online.py --n 48                     # CPU, the default target
     python3 -P bench/online.py --device cuda --conversations R.jsonl --epochs 2 \
         --max-tokens-per-batch 16384 --model-dtype bfloat16    # an H200
+        [--draft-attn sdpa,simple_flex_attention]              # + the kernels
 (--tiny checks the code path; its figures measure nothing.)
 """
 
@@ -85,6 +92,11 @@ def _run(kw: dict, out: Path, warmup: int) -> dict:
             "tokens_per_s": summary["tokens"] / wall, **_rates(out, warmup)}
 
 
+def _resolved(run: Path) -> str | None:
+    """The kernel a run trained with (run.json's drafter.draft_attn: "auto" resolved)."""
+    return json.loads((run / "run.json").read_text())["drafter"].get("draft_attn")
+
+
 def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -115,7 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=None, help="work directory (default: a new temporary "
                     "one); the shards and runs are removed at the end unless --keep")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--ttt", type=int, default=3, help="TTT steps of every training run")
+    ap.add_argument("--draft-attn", nargs="+", default=["sdpa"], help="draft attention "
+                    "kernel(s), comma- or space-separated, measured side by side (sdpa, eager, "
+                    "simple_flex_attention, auto)")
     args = ap.parse_args(argv)
+    attns = _bench("train").parse_attns(",".join(args.draft_attn))
 
     import torch
 
@@ -155,12 +172,26 @@ def main(argv: list[str] | None = None) -> int:
         convs = work / "conversations-limit.jsonl"
         convs.write_bytes(b"".join(lines))
     n_convs = len(read_conversations(convs))
+    from eagle3lab.errors import UserError
+    from eagle3lab.train.model import resolve_draft_attn
+
+    problems: dict[str, str | None] = {}
+    for a in attns:  # before any work: which kernels can train here
+        try:
+            resolve_draft_attn(a, device=device, max_tokens=max_tokens)
+            problems[a] = None
+        except UserError as e:
+            problems[a] = str(e).splitlines()[0]
+    base = next((a for a in attns if problems[a] is None), None)
+    if base is None:
+        raise UserError(f"None of --draft-attn {' '.join(args.draft_attn)} can train on "
+                        f"{device}: " + "; ".join(f"{a}: {p}" for a, p in problems.items()))
     where = (torch.cuda.get_device_name(0) if cuda else "CPU") + (
         " (--tiny: a code-path check, not a measurement)" if args.tiny else "")
     print(f"bench/online.py: {where}; target {tgt.name} ({model_dtype}); {n_convs} "
           f"conversations ({convs}); states {args.states_dtype}; {args.epochs} epochs of "
           f"{max_tokens} tokens a step; {args.forward_tokens} padded tokens a target forward; "
-          f"work {work}")
+          f"draft attention {', '.join(attns)}; work {work}")
 
     def sync():
         if cuda:
@@ -185,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
 
     common = dict(epochs=args.epochs, max_tokens_per_batch=max_tokens, eval_every=0,
                   eval_at_start=False, schedule="constant", device=device, progress=False,
-                  pad_batches=cuda, cpu_threads=1 if args.tiny else 0)
+                  pad_batches=cuda, cpu_threads=1 if args.tiny else 0, draft_attn=base,
+                  ttt_steps=args.ttt)
     online = dict(online=True, conversations=str(convs), target=target,
                   model_dtype=model_dtype, states_dtype=args.states_dtype,
                   forward_tokens=args.forward_tokens, draft_vocab_size=args.draft_vocab_size,
@@ -198,16 +230,42 @@ def main(argv: list[str] | None = None) -> int:
             "online": _run(online, work / "run-online", args.warmup),
             "online_cache": _run({**online, "states_cache": True}, work / "run-online-cache",
                                  args.warmup)}
+    by_attn: dict[str, dict] = {}
+    for a in attns:  # the other kernels, the same data, one after the other
+        if a == base or problems[a]:
+            by_attn[a] = ({"offline": rows["offline"], "online": rows["online"]}
+                          if a == base else {"problem": problems[a]})
+            continue
+        by_attn[a] = {
+            "offline": _run(dict(data=str(shards), **{**common, "draft_attn": a}),
+                            work / f"run-offline-{a}", args.warmup),
+            "online": _run({**online, "draft_attn": a}, work / f"run-online-{a}",
+                           args.warmup)}
+        for kind in ("offline", "online"):
+            by_attn[a][kind]["draft_attn"] = _resolved(work / f"run-{kind}-{a}")
+            if not args.keep:
+                shutil.rmtree(work / f"run-{kind}-{a}", ignore_errors=True)
+    for kind in ("offline", "online"):
+        by_attn[base][kind]["draft_attn"] = _resolved(work / f"run-{kind}")
     online_vocab_bytes = (work / "run-online" / "vocab_map.safetensors").stat().st_size
     off, on, cached = rows["offline"], rows["online"], rows["online_cache"]
     assert off["tokens"] == on["tokens"] == cached["tokens"], "not the same tokens"
+    assert all(r[k]["tokens"] == off["tokens"] for r in by_attn.values() if "problem" not in r
+               for k in ("offline", "online")), "not the same tokens"
+    attn_ratios = {}
+    for a, r in by_attn.items():
+        if a != base and "problem" not in r:
+            attn_ratios[a] = {k: (r[k]["steady_tokens_per_s"] / by_attn[base][k][
+                "steady_tokens_per_s"] if r[k]["steady_tokens_per_s"]
+                and by_attn[base][k]["steady_tokens_per_s"] else None)
+                for k in ("offline", "online")}
     e2e_off = extract_s + vocab_s + off["seconds"]
     res = {
         "where": where, "target": target, "conversations": str(convs),
         "settings": {"model_dtype": model_dtype, "states_dtype": args.states_dtype,
                      "epochs": args.epochs, "max_tokens_per_batch": max_tokens,
                      "forward_tokens": args.forward_tokens, "device": device,
-                     "draft_vocab_size": args.draft_vocab_size},
+                     "draft_vocab_size": args.draft_vocab_size, "ttt_steps": args.ttt},
         "extract": {"tokens": ex["tokens"], "seconds": extract_s,
                     "tokens_per_s": ex["tokens"] / extract_s, "bytes": shard_bytes,
                     "bytes_per_token": ex["bytes_per_token"]},
@@ -215,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         "end_to_end": {"offline_seconds": e2e_off, "online_seconds": on["seconds"],
                        "online_cache_seconds": cached["seconds"], "tokens": on["tokens"]},
         "bytes_written": {"offline": shard_bytes, "online": online_vocab_bytes},
+        "draft_attn": {"first": base, "kernels": by_attn, "ratios_to_first": attn_ratios},
         "ratios": {
             "online_vs_offline_train": (on["steady_tokens_per_s"] / off["steady_tokens_per_s"]
                                         if on["steady_tokens_per_s"]
@@ -253,6 +312,19 @@ def main(argv: list[str] | None = None) -> int:
     if res["ratios"]["cache_epoch2_vs_offline"] is not None:
         print(f"ratio epoch 2 tok/s: online with cache / offline          "
               f"{rt['cache_epoch2_vs_offline']:.3f}")
+    if len(attns) > 1:
+        print(f"{'draft attention, side by side (steady tok/s)':58}{'offline':>12}"
+              f"{'online':>14}")
+        for a, r in by_attn.items():
+            if "problem" in r:
+                print(f"  {a:56}cannot train here: {r['problem']}")
+                continue
+            name = a if r["offline"]["draft_attn"] == a else f"{a} = {r['offline']['draft_attn']}"
+            print(f"  {name:56}{rate(r['offline']['steady_tokens_per_s'])}"
+                  f"{rate(r['online']['steady_tokens_per_s']):>14}")
+        for a, r in attn_ratios.items():
+            cells = "".join(f"{x:14.3f}" if x else f"{'-':>14}" for x in r.values())
+            print(f"  {'ratio ' + a + ' / ' + base:56}{cells}")
     (work / "online.json").write_text(json.dumps(res, indent=2, default=str))
     print(f"results: {work / 'online.json'}")
     if not args.keep:

@@ -7,13 +7,25 @@ Prints tokens/s (positions processed per second, steady state after --warmup ste
                     shards (same packing, same collate); if it cannot run here, exactly why
 and their ratio. FLOPs per token count the trainable matmuls x3 (forward + backward), the
 frozen draft head x2, the frozen verifier head once, and causal attention over each
-packed document; MFU = achieved FLOP/s / --peak-flops.
+packed document (the useful work: a dense mask computes more); MFU = achieved FLOP/s /
+--peak-flops.
+
+--draft-attn takes several kernels (comma-separated: sdpa, eager, simple_flex_attention,
+auto), measured one after the other on the same shards: the loop's tokens/s of each (a
+kernel that cannot train here says why) and each one's ratio to the first; then the
+drafter step alone (`step_times`: one packed batch of --max-tokens tokens in documents of
+--doc-len, random states, the loop's dtype and autocast) per kernel: forward + backward
+and forward only, milliseconds and ratios. The step isolates the attention's share: the
+dense-mask kernels' cost grows with the square of the packed length, flex's with it.
+--json writes every number.
 
 CPU, default shards (data/runs/default/shards/train, else a few synthetic conversations
 through the default target):
     .venv/bin/python bench/train.py
 GPU, a drafter for the default target, then one sized for an 8B target (random shards):
     .venv/bin/python bench/train.py --device cuda --steps 30 --peak-flops 989e12
+    .venv/bin/python bench/train.py --device cuda --max-tokens 16384 --ttt 5 \
+        --draft-attn sdpa,simple_flex_attention --skip-speculators     # the kernels
     .venv/bin/python bench/train.py --device cuda --hidden 4096 --steps 30 --peak-flops 989e12
 (989e12 = H100/H200 SXM dense BF16 peak.)
 """
@@ -117,6 +129,124 @@ def flops_per_token(info: dict, layer_cfg: dict, ttt: int, mean_doc_len: float) 
     return 3 * trainable + ttt * 2 * (2 * h * vd) + 2 * h * vd
 
 
+ATTNS = ("sdpa", "eager", "simple_flex_attention", "auto")
+
+
+def parse_attns(text: str) -> list[str]:
+    """--draft-attn's comma-separated kernels, in order, each once."""
+    out = []
+    for a in (x.strip() for x in text.split(",") if x.strip()):
+        if a not in ATTNS:
+            raise SystemExit(f"--draft-attn: unknown kernel {a!r}; choose from "
+                             f"{', '.join(ATTNS)} (comma-separated)")
+        if a not in out:
+            out.append(a)
+    if not out:
+        raise SystemExit("--draft-attn: name at least one kernel")
+    return out
+
+
+def packed_batch(*, tokens: int, doc_len: int, hidden: int, n_aux: int, vocab: int,
+                 device: str, dtype, seed: int = 0) -> dict:
+    """One collated batch as the loop feeds the drafter: documents of `doc_len` tokens
+    (the last one shorter) packed into `tokens`, each with its own positions and loss on
+    every token; random states and ids."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    doc = torch.arange(tokens) // doc_len
+    pos = torch.arange(tokens) % doc_len
+    b = {"hidden_states": torch.randn(1, tokens, n_aux * hidden, generator=g).to(dtype),
+         "input_ids": torch.randint(0, vocab, (1, tokens), generator=g),
+         "document_ids": doc[None], "loss_mask": torch.ones(1, tokens, dtype=torch.long),
+         "position_ids": pos[None],
+         "verifier_last_hidden_states": torch.randn(1, tokens, hidden, generator=g).to(dtype)}
+    return {k: v.to(device) for k, v in b.items()}
+
+
+def step_times(data: Path, attns: list[str], *, tokens: int, doc_len: int, ttt: int,
+               device: str, reps: int, warmup: int) -> dict:
+    """Per kernel, the drafter step alone on one packed batch (shards' target, aux layers
+    and vocab map; the loop's dtype and autocast): forward + backward ("train_ms") and
+    forward only ("forward_ms"), mean of `reps` after `warmup` untimed ones (CUDA: the
+    first calls compile speculators' forward). A part that cannot run says why
+    ("train_problem" / "forward_problem"); "auto" is timed as what it resolves to here."""
+    import contextlib
+
+    import torch
+    from speculators.losses import resolve_loss_config
+
+    from eagle3lab.data.foreign import open_shards
+    from eagle3lab.errors import UserError
+    from eagle3lab.train import build_drafter
+    from eagle3lab.train.model import resolve_draft_attn
+
+    shards = open_shards(data)
+    d2t, t2d = shards.vocab_map()
+    cuda = device.startswith("cuda")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    auto = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if cuda \
+        else contextlib.nullcontext
+    hidden = int(shards.hidden_size)
+    batch = packed_batch(tokens=tokens, doc_len=doc_len, hidden=hidden,
+                         n_aux=len(shards.aux.capture_points),
+                         vocab=int(shards.manifest["target"]["vocab_size"]), device=device,
+                         dtype=dtype)
+    kw = {"ttt_steps": ttt, "ttt_step_loss_decay": 1.0,
+          "loss_config": resolve_loss_config("kl_div", "eager")}
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def timed(fn) -> float:
+        for _ in range(warmup):
+            fn()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        sync()
+        return (time.perf_counter() - t0) / reps * 1e3
+
+    out = {}
+    for attn in attns:
+        kernel = resolve_draft_attn(attn, device=device, max_tokens=tokens) \
+            if attn == "auto" else attn
+        row = {"kernel": kernel, "train_ms": None, "forward_ms": None,
+               "train_problem": None, "forward_problem": None}
+        torch.manual_seed(0)
+        model = build_drafter(target_path=shards.manifest["target"]["path"], aux=shards.aux,
+                              d2t=d2t, t2d=t2d, ttt_steps=ttt, attn=kernel).to(device)
+
+        def train_step(model=model):
+            model.zero_grad(set_to_none=True)
+            with auto():
+                _, loss, _ = model(**batch, **kw)
+            loss.backward()
+
+        def forward(model=model):
+            with torch.no_grad(), auto():
+                model(**batch, **kw)
+
+        try:  # refuses flex where it cannot train (the CPU: no backward), saying why
+            resolve_draft_attn(kernel, device=device, max_tokens=tokens)
+            row["train_ms"] = timed(train_step)
+        except UserError as e:
+            row["train_problem"] = str(e).splitlines()[0]
+        except (ValueError, RuntimeError, NotImplementedError) as e:
+            row["train_problem"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        try:
+            row["forward_ms"] = timed(forward)
+        except (ValueError, RuntimeError, NotImplementedError) as e:
+            row["forward_problem"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        out[attn] = row
+        del model
+        if cuda:
+            torch.cuda.empty_cache()
+    return out
+
+
 def bench_ours(data: Path, out: Path, *, steps: int, warmup: int, max_tokens: int, ttt: int,
                device: str, attn: str) -> dict:
     from eagle3lab.train import read_run, train
@@ -216,8 +346,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=2048, help="packed tokens per step")
     ap.add_argument("--ttt", type=int, default=3, help="TTT steps")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager", "simple_flex_attention"],
-                    help="draft attention kernel (flex: speculators' GPU default)")
+    ap.add_argument("--draft-attn", "--attn", dest="attn", nargs="+", default=["sdpa"],
+                    help="draft attention kernel(s), comma- or space-separated, measured side "
+                    "by side: "
+                    "sdpa, eager, simple_flex_attention (speculators' GPU default), auto")
+    ap.add_argument("--doc-len", type=int, default=330,
+                    help="the step benchmark's document length (packed to --max-tokens)")
+    ap.add_argument("--step-reps", type=int, default=3,
+                    help="timed drafter steps per kernel in the step benchmark (0: none)")
+    ap.add_argument("--step-only", action="store_true",
+                    help="only the step benchmark (no loop runs, no speculators Trainer)")
+    ap.add_argument("--json", default=None, help="write every number to this JSON file")
     ap.add_argument("--hidden", type=int, default=None,
                     help="random shards for a target of this hidden size (4096: 8B-like)")
     ap.add_argument("--layers", type=int, default=32)
@@ -233,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-speculators", action="store_true")
     args = ap.parse_args(argv)
     args.warmup = max(args.warmup, 1)
+    attns = parse_attns(",".join(args.attn))
 
     from eagle3lab.targets.adapter import resolve_device
 
@@ -251,32 +391,86 @@ def main(argv: list[str] | None = None) -> int:
         data = synthetic_shards(root / "synthetic")
         what = "synthetic conversations through the default target (no default shards yet)"
     print(f"bench/train.py: {what}; device {device}; {args.max_tokens} tokens/step; "
-          f"TTT {args.ttt}; {args.warmup} warmup + {args.steps} timed steps")
-
-    ours = bench_ours(data, root / "run", steps=args.steps, warmup=args.warmup,
-                      max_tokens=args.max_tokens, ttt=args.ttt, device=device, attn=args.attn)
-    info = ours["info"]
-    layer_cfg = json.loads((root / "run" / "final" / "config.json").read_text())[
-        "transformer_layer_config"]
+          f"TTT {args.ttt}; {args.warmup} warmup + {args.steps} timed steps; draft attention "
+          f"{', '.join(attns)}")
     from eagle3lab.data.shards import ShardSet
+    from eagle3lab.errors import UserError
+    from eagle3lab.train.model import resolve_draft_attn
 
     lengths = ShardSet(data).lengths()
     mean_doc = sum(min(x, args.max_tokens) for x in lengths) / len(lengths)
-    fpt = flops_per_token(info, layer_cfg, args.ttt, mean_doc)
-    print(f"  drafter: hidden {info['drafter']['hidden_size']}, draft vocab "
-          f"{info['drafter']['draft_vocab_size']}, {info['drafter']['trainable_params']:,} "
-          f"trainable params, {fpt / 1e9:.3f} GFLOP/token (train step)")
-    line = f"  eagle3lab.train : {ours['tokens_per_s']:10,.0f} tokens/s"
-    flops = ours["tokens_per_s"] * fpt
-    line += f"  {flops / 1e12:8.3f} TFLOP/s"
-    if args.peak_flops:
-        line += f"  MFU {flops / args.peak_flops:.1%}"
-    print(line)
+    results: dict = {"what": what, "device": device, "max_tokens": args.max_tokens,
+                     "ttt": args.ttt, "loop": {}, "step": None}
+    rates: dict[str, float] = {}
+    for attn in ([] if args.step_only else attns):
+        run = root / f"run-{attn}"
+        try:
+            ours = bench_ours(data, run, steps=args.steps, warmup=args.warmup,
+                              max_tokens=args.max_tokens, ttt=args.ttt, device=device,
+                              attn=attn)
+        except UserError as e:  # flex where it cannot train: say why, measure the others
+            print(f"  eagle3lab.train [{attn}]: cannot train here: {str(e).splitlines()[0]}")
+            results["loop"][attn] = {"problem": str(e).splitlines()[0]}
+            continue
+        info = ours["info"]
+        layer_cfg = json.loads((run / "final" / "config.json").read_text())[
+            "transformer_layer_config"]
+        fpt = flops_per_token(info, layer_cfg, args.ttt, mean_doc)
+        if not rates:
+            print(f"  drafter: hidden {info['drafter']['hidden_size']}, draft vocab "
+                  f"{info['drafter']['draft_vocab_size']}, "
+                  f"{info['drafter']['trainable_params']:,} trainable params, "
+                  f"{fpt / 1e9:.3f} GFLOP/token (train step)")
+        kernel = info["drafter"].get("draft_attn", attn)
+        name = attn if kernel == attn else f"{attn} = {kernel}"
+        line = f"  eagle3lab.train [{name}]: {ours['tokens_per_s']:10,.0f} tokens/s"
+        flops = ours["tokens_per_s"] * fpt
+        line += f"  {flops / 1e12:8.3f} TFLOP/s"
+        if args.peak_flops:
+            line += f"  MFU {flops / args.peak_flops:.1%}"
+        print(line)
+        rates[attn] = ours["tokens_per_s"]
+        results["loop"][attn] = {"kernel": kernel, "tokens_per_s": ours["tokens_per_s"],
+                                 "tokens_per_step": ours["tokens_per_step"],
+                                 "tflops": flops / 1e12, "gflop_per_token": fpt / 1e9}
+    base = next(iter(rates), None)
+    for attn, r in rates.items():
+        if attn != base:
+            print(f"  ratio {attn} / {base} (loop tokens/s): {r / rates[base]:.3f}")
+            results["loop"][attn]["ratio_to_first"] = r / rates[base]
 
-    if args.skip_speculators:
+    if args.step_reps > 0:
+        step = step_times(data, attns, tokens=args.max_tokens, doc_len=args.doc_len,
+                          ttt=args.ttt, device=device, reps=args.step_reps,
+                          warmup=args.warmup)
+        results["step"] = {"doc_len": args.doc_len, "reps": args.step_reps, "rows": step}
+        print(f"  drafter step alone: {args.max_tokens} packed tokens in documents of "
+              f"{args.doc_len}, TTT {args.ttt}, mean of {args.step_reps} after "
+              f"{args.warmup} untimed")
+        for attn, row in step.items():
+            name = attn if row["kernel"] == attn else f"{attn} = {row['kernel']}"
+            cells = []
+            for part in ("train", "forward"):
+                ms = row[f"{part}_ms"]
+                cells.append(f"{part} {ms:9.1f} ms {args.max_tokens / ms * 1e3:10,.0f} tok/s"
+                             if ms else f"{part}: cannot run ({row[f'{part}_problem']})")
+            print(f"    {name:24} " + "   ".join(cells))
+        first = step[attns[0]]
+        for attn, row in list(step.items())[1:]:
+            for part in ("train", "forward"):
+                if row[f"{part}_ms"] and first[f"{part}_ms"]:
+                    r = first[f"{part}_ms"] / row[f"{part}_ms"]
+                    row[f"{part}_speedup_vs_first"] = r
+                    print(f"  ratio {attn} / {attns[0]} ({part} step, tokens/s): {r:.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+        print(f"  results: {args.json}")
+
+    if args.skip_speculators or not rates:
         return 0
+    first_attn = resolve_draft_attn(base, device=device, max_tokens=args.max_tokens)
     kw = dict(steps=args.steps, warmup=args.warmup, max_tokens=args.max_tokens, ttt=args.ttt,
-              device=device, attn=args.attn)
+              device=device, attn=first_attn)
     try:
         sp = bench_speculators(data, patch=False, **kw)
         note = "unmodified"
@@ -302,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{type(e2).__name__}: {e2} (at {where})")
             return 0
     print(f"  speculators      : {sp['tokens_per_s']:10,.0f} tokens/s  ({note})")
-    print(f"  ratio eagle3lab / speculators: {ours['tokens_per_s'] / sp['tokens_per_s']:.2f}")
+    print(f"  ratio eagle3lab [{base}] / speculators: {rates[base] / sp['tokens_per_s']:.2f}")
     return 0
 
 

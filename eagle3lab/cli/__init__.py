@@ -44,6 +44,7 @@ SUBCOMMAND_MODULES = [
     "eagle3lab.cli.serve",
     "eagle3lab.cli.logs",
     "eagle3lab.cli.report",
+    "eagle3lab.cli.weakspots",
 ]
 
 

@@ -44,6 +44,15 @@ def add_parser(sub) -> None:
                    "(sglang, sglang-0.5.23, vllm, speculators); default: as trained")
     p.add_argument("--compare-failures", action="store_true", help="also measure the "
                    "last_layer arm and an SGLang-config/speculators-keys copy loaded as sglang")
+    p.add_argument("--render-as", default=None, metavar="PRESET|FILE",
+                   help="render the prompts as serving will, to measure a chat-template drift "
+                   "before a server starts: a preset (template: the tokenizer's template, no "
+                   "system message; empty-system: an empty system message; trained: as the "
+                   "drafter's eagle3lab.json records its data was rendered), a JSON settings "
+                   "file {\"chat_template\": PATH|null, \"system_prompt\": TEXT|null, "
+                   "\"template_kwargs\": {...}}, or a Jinja chat template file; default: the "
+                   "tokenizer's template, no system message. Recorded in the output "
+                   "('rendering')")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--engine", choices=["auto", "eager", "static"], default="auto",
@@ -84,14 +93,18 @@ def run(args) -> int:
                                draft_tokens=args.draft_tokens, temperature=args.temperature,
                                seed=args.seed, device=args.device, dtype=args.dtype,
                                threads=args.threads, progress=not args.json,
-                               engine=args.engine, batch_size=args.batch_size)
+                               engine=args.engine, batch_size=args.batch_size,
+                               render_as=args.render_as)
     if args.json:
         print(json.dumps(r, indent=2, default=str))
         return 0
     import pandas as pd
 
+    from eagle3lab.data.rendering import describe
+
     print(f"{r['requests']} prompts, {r['settings']}; tau includes the bonus token; acc@k = "
           f"P(draft positions 1..k all accepted)")
+    print(f"rendered with {describe(r['rendering'])}")
     print(pd.DataFrame(summary_rows(r)).to_string(index=False))
     for a in r["arms"]:
         print(f"{a['name']}: accept histogram {a['stats']['accept_histogram']}")

@@ -74,7 +74,9 @@ def generation_options(target_note: str = "") -> argparse.ArgumentParser:
     --target, --device, --dtype, --system-prompt, --no-progress."""
     p = argparse.ArgumentParser(add_help=False, parents=[
         target_option(target_note), device_option(), dtype_option(), no_progress_option()])
-    p.add_argument("--system-prompt", default=None, help="system message (default: template's)")
+    p.add_argument("--system-prompt", default=None, help="system message (default: none "
+                   "sent, so the template's default applies; --system-prompt '' sends an "
+                   "empty one)")
     return p
 
 
@@ -177,6 +179,8 @@ def _add_field_option(p, name: str, field, *, from_file: bool) -> None:
         kw["choices"] = list(typing.get_args(tp))
     elif typing.get_origin(tp) is list:
         kw.update(nargs="*", type=typing.get_args(tp)[0])
+    elif tp is dict or typing.get_origin(tp) is dict:  # JSON text, read by the field's validator
+        kw["type"] = str
     else:
         kw["type"] = tp
     p.add_argument(*flags, **kw)

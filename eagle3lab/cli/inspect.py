@@ -19,7 +19,9 @@ def add_parser(sub) -> None:
         "pytorch_model.bin opened with weights_only=True) and report every mismatch between "
         "what was trained and what ENGINE would serve: dropped or missing keys, shapes, fc "
         "width, hidden sizes, the d2t/t2d vocab map, aux layer ids and their convention, "
-        "architecture, NaN/Inf, norms the engine ignores, dtypes. Exit status: 0 no error, "
+        "architecture, NaN/Inf, norms the engine ignores, dtypes; with --target, also the chat "
+        "template the drafter's data was rendered with against the target's own "
+        "(`chat-template`). Exit status: 0 no error, "
         "1 at least one error, 2 CKPT missing.",
         parents=[json_option("print one JSON object (format, engine, ok, findings, tensors, "
                              "...)")])
@@ -50,5 +52,11 @@ def run(args) -> int:
         return 2
     report = inspect_checkpoint(args.ckpt, target=args.target, engine=args.engine,
                                 check_values=not args.no_values)  # located and read once
+    if args.target:  # the drafter's recorded chat template vs the target's own
+        from eagle3lab.formats.opened import open_drafter
+        from eagle3lab.preflight.rendering import rendering_findings, resolve_target_dir
+
+        report.findings += rendering_findings(open_drafter(args.ckpt).path,
+                                              target_dir=resolve_target_dir(args.target))
     print(report.to_json() if args.json else report.table(show_tensors=args.tensors))
     return 0 if report.ok else 1

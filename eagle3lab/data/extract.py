@@ -2,7 +2,9 @@
 
 Prevents wasted GPU hours and silently wrong features: it prints the bytes the shards
 will take and refuses to start when the disk cannot hold them; it records the target,
-aux capture points and their convention in the manifest; it writes each shard under a
+aux capture points and their convention in the manifest (and the conversations'
+rendering record from their `.meta.json`, `eagle3lab.data.rendering`: unknown without
+one); it writes each shard under a
 temporary name and lists it in the manifest only once complete, so an interrupted run
 resumes after the last complete shard and produces byte-for-byte the same shards as an
 uninterrupted one (same samples per shard, same batches, deterministic forward).
@@ -32,6 +34,7 @@ from eagle3lab.errors import UserError
 from eagle3lab.fsutil import check_writable_dir, sha256_file
 from eagle3lab.data import rankparts, stagerun
 from eagle3lab.data.prompts import check_limit, read_conversations
+from eagle3lab.data.regenerate import conversations_rendering
 from eagle3lab.data.shards import (FORMAT, FORMAT_VERSION, MANIFEST, offsets_of, read_manifest,
                                    shard_name, write_manifest, write_packed_shard)
 from eagle3lab.data.stage import Stage, StageConfig
@@ -235,6 +238,8 @@ class ExtractStage(Stage[ExtractConfig]):
                         "offsets": "int64 [n+1]", "sample_index": "int64 [n]"},
             "conversations": {"path": str(convs_path.resolve()),
                               "sha256": sha256_file(convs_path), "records_used": len(convs)},
+            # how the conversations' text was rendered, as their meta file recorded it
+            "rendering": conversations_rendering(convs_path),
             "params": {"samples_per_shard": cfg.samples_per_shard,
                        "max_seq_len": cfg.max_seq_len,
                        "max_tokens_per_batch": cfg.max_tokens_per_batch, "limit": cfg.limit,

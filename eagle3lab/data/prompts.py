@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3lab.config import prompts_dir
+from eagle3lab.data.rendering import Renderer
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_path, sha256_file
 
@@ -115,17 +116,15 @@ def prompts_fingerprint(prompts: str | os.PathLike) -> dict[str, Any]:
     return {"path": str(path), "sha256": sha256_file(path)}
 
 
-def chat_prompt_ids(tokenizer, text: str, system: str | None = None) -> list[int]:
-    """Token ids of a single-turn chat up to the start of the assistant's answer."""
-    messages = ([{"role": "system", "content": system}] if system else []) + [
-        {"role": "user", "content": text}]
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return [int(i) for i in ids]
-    # A base model without a template: plain text, answered after a newline.
-    return tokenizer(text + "\n").input_ids
+def chat_prompt_ids(tokenizer, text: str, system: str | None = None, *,
+                    renderer: Any = None) -> list[int]:
+    """Token ids of a single-turn chat up to the start of the assistant's answer, rendered
+    by `renderer` (an `eagle3lab.data.rendering.Renderer`: its template, system prompt and
+    template kwargs) or, without one, by the tokenizer's template with `system` (None: no
+    system message, the template's default applies; "": an empty system message)."""
+    if renderer is None:
+        renderer = Renderer(tokenizer, system_prompt=system)
+    return renderer.prompt_ids(text)
 
 
 def conversation_record(prompt: Prompt, prompt_ids: list[int], response_ids: list[int],

@@ -10,7 +10,11 @@ Resumable: records are appended and fsynced a batch at a time; a re-run skips pr
 already written (a torn last line from a crash is cut off first; a bad line before good
 ones is refused, not cut), so a prompt is never
 answered twice. The parameters are recorded in `<out>.meta.json`; a re-run with different
-ones is refused instead of mixing two kinds of responses in one file.
+ones is refused instead of mixing two kinds of responses in one file. How the prompts were
+rendered (chat template sha256 and source, system prompt, template kwargs, tokenizer
+sha256: `eagle3lab.data.rendering`) is the meta's "rendering"; the template's sha256 and
+kwargs are parameters too (a file made before they were recorded: the tokenizer's
+template, no kwargs). `conversations_rendering` reads it back (no meta: unknown).
 
 Under torchrun the batches are dealt to the ranks and their answers merged into one file
 in the prompts' order, the same file one process writes (`eagle3lab.data.rankparts`).
@@ -60,13 +64,40 @@ from eagle3lab.fsutil import (atomic_write_json, check_writable_dir, read_append
 from eagle3lab.data import rankparts, remote
 from eagle3lab.data.prompts import (chat_prompt_ids, conversation_record, load_prompts,
                                     prompts_fingerprint)
+from eagle3lab.data.rendering import template_sha256, tokenizer_template, unknown
 from eagle3lab.data.stage import GenerationConfig, GenerationStage, build_config
 
 #: Parameters that change what a response is; a resumed run must use the same ones.
 _IDENTITY_KEYS = ("target_config_sha256", "prompts_sha256", "max_new_tokens", "temperature",
-                  "top_p", "seed", "system_prompt", "samples", "engine")
-#: What a file made before a key existed was made with.
+                  "top_p", "seed", "system_prompt", "samples", "engine",
+                  "chat_template_sha256", "template_kwargs")
+#: What a file made before a key existed was made with (a file made before rendering was
+#: recorded: the tokenizer's template, `rendering_defaults`).
 _IDENTITY_DEFAULTS = {"samples": 1, "engine": "hf"}
+
+
+def rendering_defaults(tokenizer) -> dict[str, Any]:
+    """The rendering parameters of a file made before they were recorded: the tokenizer's
+    own template, no template kwargs (what every stage rendered with then)."""
+    return {"chat_template_sha256": template_sha256(tokenizer_template(tokenizer)),
+            "template_kwargs": {}}
+
+
+def conversations_rendering(path: str | os.PathLike) -> dict[str, Any]:
+    """The rendering record of a conversations (or prompts) file: its `<out>.meta.json`'s
+    "rendering"; a file without a meta, or a meta without the record (made before it was
+    recorded, or elsewhere), is `unknown`, never a match."""
+    path = Path(path)
+    mpath = meta_path(path)
+    if not mpath.is_file():
+        return unknown(f"{path.name} has no {mpath.name} (not written by eagle3lab "
+                       f"regenerate)")
+    meta = read_json_object(mpath, what="meta file")
+    rec = meta.get("rendering")
+    if not isinstance(rec, dict):
+        return unknown(f"{mpath.name} records no rendering (made before eagle3lab recorded "
+                       f"it)")
+    return rec
 #: The static engine's unit: this many times batch_size prompts (the rows stay full but
 #: for the chunk's tail; a killed run loses at most the chunk in flight).
 STATIC_CHUNK_ROWS = 16
@@ -193,12 +224,17 @@ class RegenerateStage(GenerationStage[RegenerateConfig]):
             plist = [dataclasses.replace(p, id=f"{p.id}#{k}") for k in range(cfg.samples)
                      for p in plist]
         self.tgt, self.gen, self.ident = self.load_target()
+        # the template is applied here also through a server (token ids go out)
+        self.renderer = cfg.renderer(self.tgt.tokenizer)
+        self.rendering = self.renderer.record()
         self.fp = prompts_fingerprint(cfg.prompts)
         self.params = {
             "target_config_sha256": self.tgt.config_sha256, "prompts_sha256": self.fp["sha256"],
             "max_new_tokens": cfg.max_new_tokens, "temperature": float(cfg.temperature),
             "top_p": float(cfg.top_p), "seed": cfg.seed, "system_prompt": cfg.system_prompt,
             "samples": cfg.samples, "engine": cfg.engine,
+            "chat_template_sha256": self.rendering["chat_template"]["sha256"],
+            "template_kwargs": self.rendering["template_kwargs"],
         }
         self.mpath = meta_path(out)
         self.plist = plist
@@ -209,7 +245,8 @@ class RegenerateStage(GenerationStage[RegenerateConfig]):
         """Rank 0 (or the one process): parameter check, leftover parts, what is done."""
         out, old, params = self.out, self.old, self.params
         if old is not None:
-            old_params = {**_IDENTITY_DEFAULTS, **old.get("params", {})}  # older files
+            old_params = {**_IDENTITY_DEFAULTS, **rendering_defaults(self.tgt.tokenizer),
+                          **old.get("params", {})}  # older files
             diff = [k for k in _IDENTITY_KEYS if old_params.get(k) != params[k]]
             if diff:
                 raise UserError(
@@ -224,7 +261,7 @@ class RegenerateStage(GenerationStage[RegenerateConfig]):
         meta = {
             "kind": "eagle3lab-conversations", "eagle3lab": __version__,
             "target": self.tgt.describe(), "prompts": self.fp, "params": params,
-            "batch_size": cfg.batch_size, "limit": cfg.limit,
+            "rendering": self.rendering, "batch_size": cfg.batch_size, "limit": cfg.limit,
             "records": len(done & self.known), "skipped_too_long": [],
         }
         if cfg.temperature > 0:  # how a record's `seed` was chosen
@@ -261,7 +298,7 @@ class RegenerateStage(GenerationStage[RegenerateConfig]):
 
     def encode(self, p) -> list[int] | None:
         """A prompt's ids through the chat template (None: longer than max_prompt_tokens)."""
-        ids = chat_prompt_ids(self.tok, p.prompt, self.config.system_prompt)
+        ids = chat_prompt_ids(self.tok, p.prompt, renderer=self.renderer)
         return None if len(ids) > self.config.max_prompt_tokens else ids
 
     def compute(self, batch) -> tuple[list[dict[str, Any]], int, list[str]] | None:

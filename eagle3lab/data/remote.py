@@ -6,10 +6,11 @@ Prevents three ways regeneration at scale goes wrong when a server does the gene
 tokenizer revision) makes the loss mask inexact: here the chat template is applied locally
 and only token ids are sent (SGLang's native `/generate` with `input_ids`; the OpenAI
 `/v1/completions` with a token-id prompt and vLLM's `return_token_ids`), and the answer's
-ids are kept as returned; (2) a wrong server (another model behind the URL) writes a file
-of garbage: the server's model identity (`/v1/models` id/root, SGLang's `/get_server_info`
-or `/server_info` or `/model_info` `model_path`) must name the target before anything is
-written; (3) a flaky server kills a long run: failed requests are retried with exponential
+ids are kept as returned (so the rendering a stage records, `eagle3lab.data.rendering`, is
+the one applied here: the server's own template is never used); (2) a wrong server
+(another model behind the URL) writes a file of garbage: the server's model identity
+(`/v1/models` id/root, SGLang's `/get_server_info` or `/server_info` or `/model_info`
+`model_path`) must name the target before anything is written; (3) a flaky server kills a long run: failed requests are retried with exponential
 backoff and counted, and answers are handed back in the prompts' order, so the file a
 killed run leaves is a prefix the resume logic continues (never a prompt twice); an
 answer the server cut short (finish reason `abort`, e.g. requests aborted while it shuts

@@ -13,6 +13,10 @@ shares an 8-word run with a held-out eval prompt (`exclude`), so acceptance meas
 those stays held out. Raw counts of every reason a sample was dropped are recorded in
 `<out>.meta.json` (`classify` is the filter).
 
+The user-turn prefix is rendered by the stage's `rendering.Renderer` (`--chat-template`,
+`--system-prompt`, `--template-kwargs`) and recorded as the meta's "rendering"
+(`add_generation_prompt` false: the chat is rendered up to a user turn).
+
 Resumable: accepted prompts are appended a batch at a time (fsynced; a torn last line
 from a crash is cut off); a re-run with the same parameters continues at the next batch
 and never repeats an id or a batch seed; different parameters are refused.
@@ -46,12 +50,16 @@ from eagle3lab.config import PathStr, cli_group
 from eagle3lab.data.prompts import load_prompts, prompts_fingerprint
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, check_writable_dir, read_appended_jsonl
-from eagle3lab.data.regenerate import meta_path, read_meta  # one <out>.meta.json convention
+from eagle3lab.data.regenerate import (meta_path, read_meta,  # one <out>.meta.json convention
+                                       rendering_defaults)
+from eagle3lab.data.rendering import Renderer
 from eagle3lab.data.stage import GenerationConfig, GenerationStage
 
 _SENTINEL = "\u2063EAGLE3LAB_USER_TURN\u2063"
 _IDENTITY_KEYS = ("target_config_sha256", "temperature", "top_p", "seed", "max_new_tokens",
-                  "batch_size", "system_prompt", "min_words", "exclude_sha256", "sampler")
+                  "batch_size", "system_prompt", "min_words", "exclude_sha256", "sampler",
+                  "chat_template_sha256", "template_kwargs", "seed_prompts_sha256",
+                  "seed_examples")
 SHINGLE = 8  # words in a run that, shared with an eval prompt, excludes a prompt
 
 
@@ -87,14 +95,18 @@ def classify(text: str, stop_found: bool, seen: set[str], held_norm: set[str],
     return None
 
 
-def user_turn_prefix(tokenizer, system_prompt: str | None = None) -> tuple[list[int], int]:
-    """(ids of the chat up to where the user's words start, the end-of-turn token id)."""
-    if not getattr(tokenizer, "chat_template", None):
+def user_turn_prefix(tokenizer, system_prompt: str | None = None, *,
+                     renderer: Renderer | None = None) -> tuple[list[int], int]:
+    """(ids of the chat up to where the user's words start, the end-of-turn token id),
+    rendered by `renderer` (its template, system prompt and kwargs; without one: the
+    tokenizer's template with `system_prompt`, None sending no system message)."""
+    if renderer is None:
+        renderer = Renderer(tokenizer, system_prompt=system_prompt, add_generation_prompt=False)
+    if not renderer.has_template:
         raise UserError("Self-prompting needs a chat template (an instruction-tuned target); "
-                        "this tokenizer has none. Use a prompts file instead.")
-    msgs = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-        {"role": "user", "content": _SENTINEL}]
-    text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=False)
+                        "this tokenizer has none. Use a prompts file instead, or give one "
+                        "with --chat-template FILE.")
+    text = renderer.render_text(renderer.messages(_SENTINEL), add_generation_prompt=False)
     at = text.find(_SENTINEL)
     if at < 0:
         raise UserError("The chat template dropped the user's message; cannot self-prompt.")
@@ -104,6 +116,24 @@ def user_turn_prefix(tokenizer, system_prompt: str | None = None) -> tuple[list[
         raise UserError("The chat template puts nothing after the user's message, so a "
                         "finished user turn cannot be recognised.")
     return [int(i) for i in prefix], int(after[0])
+
+
+def seeded_system(system_prompt: str | None, examples: list[str]) -> str:
+    """The system message that shows `examples` (seed prompts) before the user turn, after
+    the configured system prompt if any. Only the prompts are sampled with it: their
+    answers (regenerate) are rendered as configured, without the examples."""
+    shown = "\n".join(f"- {' '.join(e.split())}" for e in examples)
+    head = f"{system_prompt}\n\n" if system_prompt else ""
+    return f"{head}Users of this assistant write messages like these:\n{shown}"
+
+
+def seeding_params(seed_prompts: Any, seed_examples: int) -> dict[str, Any]:
+    """The parameters recorded (and resume-checked) for seeded self-prompting; None for
+    both without seed prompts (so files from before seeding resume)."""
+    if not seed_prompts:
+        return {"seed_prompts_sha256": None, "seed_examples": None}
+    return {"seed_prompts_sha256": prompts_fingerprint(seed_prompts)["sha256"],
+            "seed_examples": seed_examples}
 
 
 class SelfPromptConfig(GenerationConfig):
@@ -135,6 +165,13 @@ class SelfPromptConfig(GenerationConfig):
     max_batches: int | None = Field(None, ge=0, description="stop after this many batches in "
                                     "all, counting earlier runs (None: enough for --n at a 25% "
                                     "keep rate)", json_schema_extra=cli_group("generation"))
+    seed_prompts: PathStr | None = Field(None, description="a prompts JSONL (e.g. `eagle3lab "
+                                         "weak-spots --export`) to write more prompts like: a "
+                                         "few of them are shown as examples before the user "
+                                         "turn (see --seed-examples)",
+                                         json_schema_extra=cli_group("data"))
+    seed_examples: int = Field(3, ge=1, description="seed prompts shown per batch (drawn "
+                               "with the batch's seed)", json_schema_extra=cli_group("data"))
 
     @field_validator("exclude", mode="before")
     @classmethod
@@ -198,7 +235,10 @@ class SelfPromptStage(GenerationStage[SelfPromptConfig]):
         eos = (self.tgt.eos_ids if self.gen is not None
                else self.tgt.model.generation_config.eos_token_id)
         tok = self.tok = self.tgt.tokenizer
-        self.prefix, end_id = user_turn_prefix(tok, cfg.system_prompt)
+        # the prefix is rendered here also through a server (token ids go out)
+        self.renderer = cfg.renderer(tok, add_generation_prompt=False)
+        self.rendering = self.renderer.record()
+        self.prefix, end_id = user_turn_prefix(tok, renderer=self.renderer)
         self.stop_ids = ({end_id} | set(eos if isinstance(eos, list) else [eos])) - {None}
         # a turn is finished when the first special token it writes is a stop token
         self.special = self.stop_ids | set(tok.all_special_ids)
@@ -210,14 +250,18 @@ class SelfPromptStage(GenerationStage[SelfPromptConfig]):
             "batch_size": cfg.batch_size, "system_prompt": cfg.system_prompt,
             "min_words": cfg.min_words,
             "exclude_sha256": self.exclude_fp["sha256"] if self.exclude_fp else None,
-            "sampler": "server" if self.gen is not None else None}
+            "sampler": "server" if self.gen is not None else None,
+            "chat_template_sha256": self.rendering["chat_template"]["sha256"],
+            "template_kwargs": self.rendering["template_kwargs"]}
+        self.seeds = load_prompts(cfg.seed_prompts) if cfg.seed_prompts else []
+        self.params.update(seeding_params(cfg.seed_prompts, cfg.seed_examples))
         self.mpath = meta_path(out)
 
     def resume(self) -> dict[str, Any]:
         """Rank 0 (or the one process): parameter check, what is done, the next batch."""
         out, mpath, old_meta, params = self.out, self.mpath, self.old_meta, self.params
         if old_meta:
-            old = old_meta.get("params", {})
+            old = {**rendering_defaults(self.tok), **old_meta.get("params", {})}  # older files
             diff = [k for k in _IDENTITY_KEYS if old.get(k) != params[k]]
             if diff:
                 raise UserError(
@@ -229,13 +273,16 @@ class SelfPromptStage(GenerationStage[SelfPromptConfig]):
             out, lambda r: isinstance(r.get("prompt"), str) and "id" in r, "prompt record")
         if old_meta:
             meta = old_meta
+            meta["params"] = params  # a file made before rendering was recorded: its keys
+            meta["rendering"] = self.rendering
         elif done:
             raise UserError(f"{out} exists without {mpath.name}; it was not written by "
                             f"synthesize_prompts. Choose a new --out.")
         else:
             meta = {"kind": "eagle3lab-prompts", "method": "self-prompt (Magpie)",
                     "eagle3lab": __version__, "target": self.tgt.describe(),
-                    "params": params, "exclude": self.exclude_fp, "batches_done": 0,
+                    "params": params, "rendering": self.rendering,
+                    "exclude": self.exclude_fp, "batches_done": 0,
                     "counts": {"sampled": 0, "kept": 0, **{r: 0 for r in DROP_REASONS}}}
         counts = meta["counts"]
         # The file is the truth: batches it holds prompts of are done even if the meta file
@@ -253,7 +300,9 @@ class SelfPromptStage(GenerationStage[SelfPromptConfig]):
         cfg = self.config
         self.done, self.meta = state["done"], state["meta"]
         self.counts, self.b = self.meta["counts"], self.meta["batches_done"]
-        self.seen = {normalise(r["prompt"]) for r in self.done}
+        # a copy of a seed prompt is a duplicate, never a new prompt
+        self.seen = {normalise(r["prompt"]) for r in self.done} | {
+            normalise(p.prompt) for p in self.seeds}
         self.max_batches = cfg.max_batches or max(4, -(-4 * cfg.n // cfg.batch_size))
         self.make_bar(total=cfg.n, initial=min(len(self.done), cfg.n), desc="self-prompt",
                       unit="prompt")
@@ -320,7 +369,7 @@ class SelfPromptStage(GenerationStage[SelfPromptConfig]):
         """Batch `batch`'s sampled ids after the prefix, one list per row."""
         import torch
 
-        cfg, prefix = self.config, self.prefix
+        cfg, prefix = self.config, self.prefix_for(batch)
         if self.gen is not None:
             rows: list[list[int]] = [[] for _ in range(cfg.batch_size)]
             sp = {"max_new_tokens": cfg.max_new_tokens, "temperature": float(cfg.temperature),
@@ -342,6 +391,21 @@ class SelfPromptStage(GenerationStage[SelfPromptConfig]):
                 max_new_tokens=cfg.max_new_tokens, eos_token_id=sorted(self.stop_ids),
                 pad_token_id=self.pad_id)
         return out[:, len(prefix):].tolist()
+
+    def prefix_for(self, batch: int) -> list[int]:
+        """The chat up to the user's words for batch `batch`: the one prefix, or with seed
+        prompts the system message extended by `seed_examples` of them (`seeded_system`),
+        drawn with the batch's seed, so that the target writes more prompts like them."""
+        if not self.seeds:
+            return self.prefix
+        import copy
+        import random
+
+        k = min(self.config.seed_examples, len(self.seeds))
+        shown = random.Random(self.config.seed + batch).sample(self.seeds, k)
+        r = copy.copy(self.renderer)
+        r.system_prompt = seeded_system(self.renderer.system_prompt, [p.prompt for p in shown])
+        return user_turn_prefix(self.tok, renderer=r)[0]
 
     def sample(self, batch: int) -> list[tuple[str, bool]]:
         """Batch `batch`'s user turns: (text, finished) per row."""

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from eagle3lab.data.rendering import unknown
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import (atomic_path, atomic_write_json, read_json_object, sha256_bytes,
                               sha256_file)
@@ -163,6 +164,15 @@ class ShardSet:
     @property
     def num_tokens(self) -> int:
         return sum(s["tokens"] for s in self.shards)
+
+    @property
+    def rendering(self) -> dict[str, Any]:
+        """How the text of these samples was rendered (`eagle3lab.data.rendering`): the
+        manifest's record, else unknown (shards extracted before it was recorded)."""
+        rec = self.manifest.get("rendering")
+        return rec if isinstance(rec, dict) else unknown(
+            f"the shard manifest in {self.path} records no rendering (extracted before "
+            f"eagle3lab recorded it)")
 
     def __len__(self) -> int:
         return self.num_samples

@@ -31,10 +31,11 @@ import os
 import time
 from typing import Any, ClassVar, Generic, Iterable, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from eagle3lab.config import DEFAULT_TARGET, PathStr, StrictConfig, cli_group
 from eagle3lab.data import remote, stagerun
+from eagle3lab.data.rendering import Renderer, check_chat_template, parse_template_kwargs
 from eagle3lab.data.stagerun import DEFAULT_TIMEOUT_S, uses_cuda
 from eagle3lab.distributed import Ranks, session
 from eagle3lab.errors import UserError
@@ -63,8 +64,18 @@ class GenerationConfig(StageConfig):
     model dtype, the system message, and a running server that generates instead."""
 
     dtype: str = Field("float32", description="model dtype (bfloat16 on GPUs)")
-    system_prompt: str | None = Field(None, description="system message (default: "
-                                      "template's)")
+    system_prompt: str | None = Field(None, description="system message (default: none "
+                                      "sent, so the template's default applies; \"\": an "
+                                      "empty system message)")
+    chat_template: PathStr | None = Field(None, description="a Jinja chat template file "
+                                          "to render prompts with instead of the "
+                                          "tokenizer's (recorded by sha256)",
+                                          json_schema_extra=cli_group("generation",
+                                                                      metavar="FILE"))
+    template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="JSON object of template variables, e.g. "
+        "'{\"enable_thinking\": false}' (passed to apply_chat_template; recorded)",
+        json_schema_extra=cli_group("generation", metavar="JSON"))
     server: str | None = Field(None, description="a running server that generates (e.g. "
                                "http://127.0.0.1:30000); the target's weights are not loaded "
                                "here", json_schema_extra=cli_group("server", metavar="URL"))
@@ -80,6 +91,24 @@ class GenerationConfig(StageConfig):
                                      json_schema_extra=cli_group("server"))
     retries: int = Field(5, ge=0, description="retries per failed request (exponential "
                          "backoff from 1 s)", json_schema_extra=cli_group("server"))
+
+    @field_validator("template_kwargs", mode="before")
+    @classmethod
+    def _template_kwargs(cls, v: Any) -> Any:
+        return parse_template_kwargs(v, "template_kwargs (--template-kwargs)")
+
+    @field_validator("chat_template")
+    @classmethod
+    def _chat_template(cls, v: Any) -> Any:
+        if v is not None:  # a missing file or a syntax error: before the target is loaded
+            check_chat_template(v)
+        return v
+
+    def renderer(self, tokenizer, *, add_generation_prompt: bool = True) -> Renderer:
+        """How this stage renders prompts (and records it): `rendering.Renderer`."""
+        return Renderer(tokenizer, chat_template=self.chat_template,
+                        system_prompt=self.system_prompt, template_kwargs=self.template_kwargs,
+                        add_generation_prompt=add_generation_prompt)
 
 
 #: The option groups of the stages' commands, in the order their help lists them.

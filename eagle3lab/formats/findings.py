@@ -125,12 +125,22 @@ CODES: dict[str, tuple[str, str]] = {
     "startup-warning": (
         "A known start-up message this command will make the engine print, explained.",
         "Usually none: read the explanation; it says when to act."),
+    "chat-template": (
+        "The drafter's data was rendered with another chat template, template kwargs (e.g. "
+        "enable_thinking), thinking setup or tokenizer than the launch serves with (a "
+        "warning: acceptance drops); a --chat-template that does not exist or does not "
+        "render (an error); or no rendering record, so it cannot be checked (an info, "
+        "never a match).",
+        "Regenerate with the serving template and retrain (eagle3lab regenerate "
+        "--chat-template FILE --template-kwargs '{...}'), or serve with the one trained on "
+        "(--chat-template PATH, --default-chat-template-kwargs '{...}')."),
 }
 
 
-#: The codes only `eagle3lab preflight` emits (planted-fault tests in tests/preflight/).
+#: The codes only `eagle3lab preflight` emits (planted-fault tests in tests/preflight/;
+#: `chat-template` also `eagle3lab inspect --target`, against the target's own template).
 LAUNCH_CODES = ("aux-capture", "launch-command", "unresolved", "model-path", "draft-tokens",
-                "tp-heads", "context-length", "launch-dtype", "startup-warning")
+                "tp-heads", "context-length", "launch-dtype", "startup-warning", "chat-template")
 
 
 @dataclasses.dataclass

@@ -6,7 +6,8 @@ the checks where sglang imports), the target and drafter are resolved (local dir
 prepared preset, or a hub id only where a cached config exists; otherwise `unresolved`
 says so), the doctor (eagle3lab.formats.doctor) runs for that engine and version, the
 capture tables answer for the target's class (capture.py), and the launch checks
-(checks.py) are added. Exit codes of the CLI: 0 no error, 1 errors, 2 not judged.
+(checks.py) and the chat template the drafter's data was rendered with against the one this
+launch renders (rendering.py, `chat-template`) are added. Exit codes of the CLI: 0 no error, 1 errors, 2 not judged.
 
 Not judged: a launch whose target, or (speculative) drafter, cannot be resolved, i.e. a hub
 id without a cached config.json (preflight never downloads) or a remote URL: the checks
@@ -43,6 +44,7 @@ from eagle3lab.formats.reader import read_config
 from eagle3lab.preflight import checks
 from eagle3lab.preflight.capture import capture_verdict, generated_versions
 from eagle3lab.preflight.command import LaunchSpec, parse_command
+from eagle3lab.preflight.rendering import rendering_findings, unread_args
 from eagle3lab.targets.auxlayers import CONVENTIONS, check_aux_ids, ids_to_capture
 from eagle3lab.workdir import drafter_or_default
 
@@ -219,9 +221,10 @@ def preflight(command: str | list[str], *, engine_version: str | None = None,
     if spec.engine == "sglang" and engine_parser and parser_result is None:
         future = pool.submit(check_argv_with_sglang, spec.argv, timeout_s=parser_timeout_s)
     try:
+        unread = unread_args(spec)  # the rendering flags are read by rendering.py
         findings += [warning("launch-command", f"Arguments this preflight does not read: "
-                             f"{' '.join(spec.unknown)} (the engine's own parser judges "
-                             f"them).", found=spec.unknown)] if spec.unknown and \
+                             f"{' '.join(unread)} (the engine's own parser judges "
+                             f"them).", found=unread)] if unread and \
             spec.engine == "vllm" else []
         if spec.engine == "reference" and spec.flags.get("speculative") and not spec.draft:
             spec.draft = str(drafter_or_default(None, spec.target))
@@ -256,6 +259,8 @@ def preflight(command: str | list[str], *, engine_version: str | None = None,
             findings += report.findings + extra
             skipped += [s for s in report.skipped if tdir is not None or "target" not in
                         s["check"]]
+            # the drafter's recorded chat template vs what this launch renders
+            findings += rendering_findings(drafter.path, target_dir=tdir, spec=spec)
         trained = dcfg.trained_steps() if dcfg else (None, None)
         findings += checks.draft_token_findings(spec, trained_steps=trained[0],
                                                 trained_source=trained[1])

@@ -13,7 +13,10 @@ piece is exercised against a real process. Routes (routes.py):
   sampling_seed, skip_special_tokens; the inert fields SGLang's benchmark client always
   sends) and SGLang's response (`text`, `output_ids`, `meta_info` with
   `completion_tokens`, `finish_reason`, `e2e_latency` and, when speculating,
-  `spec_verify_ct`, `spec_accept_length`, `spec_accept_rate`, `spec_accept_histogram`);
+  `spec_verify_ct`, `spec_accept_length`, `spec_accept_rate`, `spec_num_correct_drafts`,
+  `spec_num_proposed_drafts`, and the histogram as `spec_correct_drafts_histogram`, SGLang
+  0.5.23's name and length, and `spec_accept_histogram`, the older name, every position;
+  sglang/srt/managers/tokenizer_manager.py `_calculate_spec_decoding_metrics`, 0.5.23);
   with `"stream": true` SSE `data: {...}` chunks with the cumulative `text` and
   `meta_info.completion_tokens`, one per engine step, then `data: [DONE]`;
 - `POST /v1/completions` (OpenAI, as vLLM 0.25.1: a prompt as text or token ids,
@@ -196,6 +199,11 @@ class ReferenceServer:
                          "spec_accept_rate": rate, "spec_num_correct_drafts": correct,
                          "spec_num_proposed_drafts": proposed,
                          "spec_accept_histogram": list(r.accept_histogram)})
+            # SGLang 0.5.23's name, its list grown only as far as the largest count seen
+            # (schedule_batch.py `update_spec_correct_drafts_histogram`); the older name
+            # above keeps every position (its length is num_draft_tokens + 1)
+            last = max((k for k, c in enumerate(r.accept_histogram) if c), default=0)
+            meta["spec_correct_drafts_histogram"] = list(r.accept_histogram[:last + 1])
             msg += f"accept len: {decode_accept:.2f}, accept rate: {rate:.2f}, "
         busy = r.prefill_s + r.decode_s  # the engine runs a request in one call
         throughput = n / busy if busy > 0 else 0.0

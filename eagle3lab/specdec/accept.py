@@ -17,6 +17,7 @@ from typing import Any
 
 from eagle3lab.config import DEFAULT_TARGET
 from eagle3lab.data.prompts import chat_prompt_ids, load_prompts
+from eagle3lab.data.rendering import TRAINED, Renderer, drafter_rendering, load_render_settings
 from eagle3lab.errors import UserError
 from eagle3lab.formats.opened import OpenedDrafter, owned
 from eagle3lab.specdec.batched import check_batch_size
@@ -48,13 +49,15 @@ def fastest_cpu_dtype() -> str:
     return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
 
 
-def prompt_ids(tokenizer, prompts: Any, limit: int | None, max_prompt_tokens: int) -> list:
-    """Chat-templated prompt ids; over-long prompts are truncated (kept: their end) with a
-    warning, never an error. prompts: a prompts spec ('eval', a file) or loaded `Prompt`s."""
+def prompt_ids(tokenizer, prompts: Any, limit: int | None, max_prompt_tokens: int,
+               renderer: Renderer | None = None) -> list:
+    """Chat-templated prompt ids (rendered by `renderer`, default: the tokenizer's template,
+    no system message); over-long prompts are truncated (kept: their end) with a warning,
+    never an error. prompts: a prompts spec ('eval', a file) or loaded `Prompt`s."""
     out = []
     loaded = prompts if isinstance(prompts, list) else load_prompts(prompts, limit=limit)
     for p in loaded:
-        ids = chat_prompt_ids(tokenizer, p.prompt)
+        ids = chat_prompt_ids(tokenizer, p.prompt, renderer=renderer)
         if len(ids) > max_prompt_tokens:
             print(f"warning: prompt {p.id} has {len(ids)} tokens, more than the "
                   f"{max_prompt_tokens} that fit; truncated to its last {max_prompt_tokens}.")
@@ -69,7 +72,7 @@ def measure_acceptance(
     max_new_tokens: int = 128, steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
     temperature: float = 0.0, seed: int = 0, device: str = "auto", dtype: str = "float32",
     threads: int = 0, progress: bool = True, engine: str = "eager", batch_size: int = 1,
-    compile: bool = False,
+    compile: bool = False, render_as: Any = None,
 ) -> dict[str, Any]:
     """Decode `prompts` plainly and with each arm; return raw counts, rates and speedups.
 
@@ -84,6 +87,10 @@ def measure_acceptance(
     and `result["batch"]` holds their throughput (a batch-B speedup); at 1 prompts are
     interleaved plain/arms and the speed figures are batch-1 figures. compile (static
     engine on a GPU): torch.compile each captured step (fused kernels; slower start).
+    render_as: how the prompts are rendered, as serving will render them (a preset, a
+    settings or Jinja file, `RenderSettings`: `eagle3lab.data.rendering.load_render_settings`;
+    "trained": as the drafter's record says; None: the tokenizer's template, no system
+    message); recorded as `result["rendering"]`.
     """
     import torch
 
@@ -95,7 +102,7 @@ def measure_acceptance(
                        max_new_tokens=max_new_tokens, steps=steps, topk=topk,
                        draft_tokens=draft_tokens, temperature=temperature, seed=seed,
                        device=device, dtype=dtype, progress=progress, engine=engine,
-                       batch_size=batch_size, compile=compile)
+                       batch_size=batch_size, compile=compile, render_as=render_as)
     finally:
         torch.set_num_threads(before)
     out["settings"]["threads"] = threads or before
@@ -104,7 +111,7 @@ def measure_acceptance(
 
 def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk,
              draft_tokens, temperature, seed, device, dtype, progress, engine,
-             batch_size, compile) -> dict[str, Any]:
+             batch_size, compile, render_as=None) -> dict[str, Any]:
     # Everything that can be checked without the target is checked before loading it.
     for name, value in (("max_new_tokens", max_new_tokens), ("steps", steps), ("topk", topk)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -112,6 +119,8 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
                             f"least 1, got {value!r}.")
     check_engine(engine)
     check_batch_size(batch_size)
+    if str(render_as) != TRAINED:
+        load_render_settings(render_as)  # a bad preset or file: before any loading
     if temperature < 0:
         raise UserError(f"temperature (--temperature) must be >= 0 (0 = greedy), got "
                         f"{temperature!r}.")
@@ -126,11 +135,17 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
         for arm in arms:
             if arm.draft is not None and _key(arm.draft) not in opened:
                 opened[_key(arm.draft)] = check_draft(arm.draft)
+        if str(render_as) == TRAINED:  # as the (first) drafter's data was rendered
+            first = next((opened[_key(a.draft)] for a in arms if a.draft is not None), None)
+            if first is None:
+                raise UserError(f"--render-as {TRAINED} needs a drafter.")
+            render_as = drafter_rendering(first.path)
+            load_render_settings(render_as)  # unknown, or not reproducible here: one line
         return _decode(arms=arms, opened=opened, target=target, prompts=prompts, limit=limit,
                        max_new_tokens=max_new_tokens, steps=steps, topk=topk,
                        draft_tokens=draft_tokens, temperature=temperature, seed=seed,
                        device=device, dtype=dtype, progress=progress, engine=engine,
-                       batch_size=batch_size, compile=compile)
+                       batch_size=batch_size, compile=compile, render_as=render_as)
     finally:
         _close_opened(arms, opened)
 
@@ -156,7 +171,7 @@ def _given(draft: Any) -> Any:
 
 def _decode(*, arms, opened, target, prompts, limit, max_new_tokens, steps, topk,
             draft_tokens, temperature, seed, device, dtype, progress, engine, batch_size,
-            compile) -> dict[str, Any]:
+            compile, render_as=None) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     # lazy: a test patches eagle3lab.targets.adapter.load_target
@@ -166,7 +181,9 @@ def _decode(*, arms, opened, target, prompts, limit, max_new_tokens, steps, topk
     tgt = target if isinstance(target, Target) else load_target(target, device=device,
                                                                    dtype=dtype)
     ctx = tgt.max_position_embeddings or 4096
-    plist = prompt_ids(tgt.tokenizer, texts, limit, max(16, ctx - max_new_tokens - 1))
+    renderer = Renderer.from_settings(tgt.tokenizer, render_as)  # as serving will render
+    plist = prompt_ids(tgt.tokenizer, texts, limit, max(16, ctx - max_new_tokens - 1),
+                       renderer)
     kw = dict(max_new_tokens=max_new_tokens, temperature=temperature)
     t0 = time.time()
 
@@ -219,6 +236,7 @@ def _decode(*, arms, opened, target, prompts, limit, max_new_tokens, steps, topk
     plain_step_s = plain_stats.decode_s / plain_steps
     out: dict[str, Any] = {
         "target": tgt.describe(), "prompts": str(prompts), "requests": len(plist),
+        "rendering": renderer.record(),
         "settings": {"steps": steps, "topk": topk, "draft_tokens": draft_tokens,
                      "temperature": temperature, "max_new_tokens": max_new_tokens,
                      "seed": seed, "dtype": str(tgt.dtype).replace("torch.", ""),
@@ -250,12 +268,42 @@ def _decode(*, arms, opened, target, prompts, limit, max_new_tokens, steps, topk
                 tau=steps + 1, plain_step_s=plain_step_s, verify_step_s=verify_step,
                 draft_per_verify_s=draft_step),
             "verify_step_s": verify_step, "draft_per_verify_s": draft_step,
-            "per_request": [{"prompt": pid, "completion_tokens": r.completion_tokens,
-                             "verify_ct": r.verify_ct, "accept_length": r.accept_length,
-                             "accept_histogram": r.accept_histogram}
-                            for (pid, _), r in zip(plist, results)],
+            "per_request": per_request_records(plist, texts, results, plain_results,
+                                               tgt.tokenizer),
         })
     out["seconds"] = time.time() - t0
+    return out
+
+
+#: decoded mismatches kept per request (all of them stay as ids in `mismatches`)
+SHOWN_MISMATCHES = 5
+
+
+def per_request_records(plist: list, texts: list, results: list, plain_results: list,
+                        tokenizer) -> list[dict[str, Any]]:
+    """One record per prompt: raw counts (completion tokens, verify steps, the accept
+    histogram: acceptance per position follows from it), the prompt (text, category,
+    length in tokens), what the target said (its plain output, decoded) and, where the
+    engine kept them (the eager engine), the rejected drafts: `mismatches` as ids and the
+    first `SHOWN_MISMATCHES` decoded, draft tokens beside the target's tokens at that
+    position (eagle3lab.measure.weakspots ranks and exports these)."""
+    out = []
+    for (pid, ids), p, r, plain in zip(plist, texts, results, plain_results):
+        said = list(plain.output_ids)
+        shown = []
+        for pos, drafts, _tok in (r.mismatches or [])[:SHOWN_MISMATCHES]:
+            shown.append({
+                "position": pos,
+                "before": tokenizer.decode(r.output_ids[max(0, pos - 12):pos]),
+                "draft": tokenizer.decode(drafts),
+                "target": tokenizer.decode(r.output_ids[pos:pos + max(1, len(drafts))])})
+        out.append({"prompt": pid, "text": p.prompt, "category": p.category,
+                    "prompt_tokens": len(ids), "completion_tokens": r.completion_tokens,
+                    "verify_ct": r.verify_ct, "accept_length": r.accept_length,
+                    "accept_histogram": r.accept_histogram,
+                    "num_draft_tokens": r.num_draft_tokens,
+                    "target_text": tokenizer.decode(said, skip_special_tokens=True),
+                    "mismatches": r.mismatches, "mismatches_shown": shown})
     return out
 
 

@@ -173,6 +173,7 @@ class SpecEngine:
         hist = [0] * (self.steps + 1)
         out: list[int] = []
         verify_ct = 0
+        mismatches: list[list] = []
         finish = "length"
         cache = DynamicCache(config=self.target.model.config)
         d.reset()
@@ -209,11 +210,18 @@ class SpecEngine:
                     path, bonus = self._accept_tree(tree, logits)
                     acc = len(path) - 1
                     emitted = [tree["tokens"][i - 1] for i in path[1:]] + [bonus]
+                    drafts = [tree["tokens"][r - 1] for r in range(1, len(tree["parents"]))
+                              if tree["parents"][r] == path[-1]]  # the refused candidates
                 tc = time.perf_counter()
                 verify_s += tc - tb
                 draft_s += tb - ta
                 verify_ct += 1
                 hist[acc] += 1
+                if (acc < len(drafts) if self.topk == 1 else bool(drafts)) \
+                        and len(out) + acc < max_new_tokens:
+                    # the target refused a draft at this output position (cheap: ints)
+                    rest = drafts[acc:] if self.topk == 1 else drafts
+                    mismatches.append([len(out) + acc, [int(t) for t in rest], int(bonus)])
                 # keep the context plus the accepted path in the target cache
                 if self.topk == 1:
                     keep(cache, L + acc + 1)
@@ -245,7 +253,8 @@ class SpecEngine:
         return GenerationResult(output_ids=out, finish_reason=finish, verify_ct=verify_ct,
                                 accept_histogram=hist, num_draft_tokens=self.num_draft_tokens,
                                 prefill_s=t1 - t0, decode_s=t2 - t1, verify_s=verify_s,
-                                draft_s=draft_s)
+                                draft_s=draft_s,
+                                mismatches=[m for m in mismatches if m[0] < len(out)])
 
     # --- drafting ------------------------------------------------------------------------
     def _draft_catch_up(self, tokens: list[int], feats, first_position: int):

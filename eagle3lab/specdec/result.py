@@ -7,6 +7,12 @@ reference server and the SGLang log/metric readers so that numbers compare direc
   `spec_accept_histogram` form); len = num_draft_tokens + 1.
 - accept length tau = completion tokens / verify_ct, INCLUDING the target's bonus token,
   so the floor is 1.0.
+- mismatches (the eager engine only; None elsewhere): one `[position, drafts, target]` per
+  verify step that rejected a draft, where position indexes `output_ids` (the token the
+  target emitted there is `target`), `drafts` the draft tokens from that position on (the
+  first is the one the target refused; a tree's: the candidate children of the last
+  accepted node). Kept so a weak prompt can show what the drafter proposed next to what
+  the target said (eagle3lab.measure.weakspots).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ class GenerationResult:
     decode_s: float = 0.0
     verify_s: float = 0.0  # decode-phase time in target forwards (plain: all of decode_s)
     draft_s: float = 0.0  # decode-phase time in drafter forwards and tree building
+    mismatches: list[list] | None = None  # [position, draft ids, target id] per rejection
 
     @property
     def completion_tokens(self) -> int:

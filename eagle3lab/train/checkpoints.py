@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3lab.config import package_versions
+from eagle3lab.data import rendering
 from eagle3lab.distributed import Ranks
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import (atomic_dir, atomic_write_json, atomic_write_text, read_json_object,
@@ -179,13 +180,28 @@ def truncate_metrics(path: Path, step: int) -> None:
     atomic_write_text(path, "".join(x + "\n" for x in keep))
 
 
+def check_resume_rendering(recorded: dict[str, Any] | None, now: dict[str, Any],
+                           out) -> None:
+    """Refuse to resume a run whose data was rendered otherwise than its run.json recorded
+    (another chat template, system prompt or template kwargs: a drafter half trained on
+    each); a run made before rendering was recorded (None) is not checked."""
+    if isinstance(recorded, dict) and recorded != now:
+        raise UserError(f"Cannot resume {out}: its data was rendered with "
+                        f"{rendering.describe(recorded)}, this data with "
+                        f"{rendering.describe(now)}. Resume with the run's own data, or "
+                        f"start a new run directory.")
+
+
 def save_final(out: Path, model, info: dict[str, Any], state_dict: dict | None = None) -> Path:
     """RUN_DIR/final/: the drafter in speculators format + eagle3lab.json describing it
-    (rank 0 only; `state_dict`: the gathered weights of a sharded drafter)."""
+    (rank 0 only; `state_dict`: the gathered weights of a sharded drafter). Its
+    "rendering" is how the training text was rendered (`eagle3lab.data.rendering`; what
+    `inspect --target` and `preflight` compare with what serving renders)."""
     with atomic_dir(out / FINAL) as tmp:
         save_pretrained(model, tmp, state_dict)
         atomic_write_json(tmp / "eagle3lab.json", {k: info[k] for k in (
-            "format", "version", "versions", "data", "drafter", "metric_definitions")})
+            "format", "version", "versions", "data", "drafter", "rendering",
+            "metric_definitions") if k in info})
     return out / FINAL
 
 

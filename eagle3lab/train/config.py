@@ -162,8 +162,11 @@ class TrainConfig(StrictConfig):
     norm_output: bool | None = Field(
         None, description="speculators flag: feed the post-norm state back across TTT "
         "steps, EAGLE-3.1 (None: serve_engine's)", json_schema_extra=cli_group("model"))
-    draft_attn: Literal["sdpa", "eager", "simple_flex_attention"] = Field(
-        "sdpa", description="attention implementation of the draft decoder layer",
+    draft_attn: Literal["sdpa", "eager", "simple_flex_attention", "auto"] = Field(
+        "sdpa", description="attention implementation of the draft decoder layer: sdpa / "
+        "eager (a dense mask over the packed batch), simple_flex_attention (a block-sparse "
+        "mask; CUDA only: no backward on the CPU; max_tokens_per_batch a multiple of 128), "
+        "auto (flex on CUDA when it can run, else sdpa; run.json records the choice)",
         json_schema_extra=cli_group("model"))
     eval_every: int = Field(50, description="steps between evals (0 = only at the start and "
                             "the end)", json_schema_extra=cli_group("schedule"))

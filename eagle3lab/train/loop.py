@@ -30,19 +30,23 @@ import math
 import time
 from typing import Any
 
+from eagle3lab.data.rendering import unknown
 from eagle3lab.distributed import Ranks, session
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, check_writable_dir
 from eagle3lab.targets.adapter import resolve_device
 from eagle3lab.train import distributed
-from eagle3lab.train.checkpoints import (RUN_FORMAT, RUN_VERSION, list_checkpoints, load_checkpoint,
-                          read_run, save_checkpoint, save_final, truncate_metrics, versions)
+from eagle3lab.train.checkpoints import (RUN_FORMAT, RUN_VERSION, check_resume_rendering,
+                                         list_checkpoints, load_checkpoint, read_run,
+                                         save_checkpoint, save_final, truncate_metrics,
+                                         versions)
 from eagle3lab.train.config import TrainConfig, check_resume_settings
 from eagle3lab.train.counts import (METRIC_DEFINITIONS, count_keys, step_count_tensor,
                                     summarize_counts)
 from eagle3lab.train.data import PackedData, compare_identity, prepare_data, shard_identity
 from eagle3lab.train.evaluation import evaluate
-from eagle3lab.train.model import build_drafter, init_from, match_final_state
+from eagle3lab.train.model import (FLEX, build_drafter, init_from, match_final_state,
+                                   resolve_draft_attn)
 from eagle3lab.train.online import prepare_online, warm_cache
 from eagle3lab.workdir import FINAL
 
@@ -184,20 +188,26 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
             return previous["summary"]
         distributed.check_resume_world(previous.get("distributed"), ranks, out)
 
+    # before the data (an online set loads its target): a flex that cannot run is refused
+    attn = resolve_draft_attn(cfg.draft_attn, device=dev, max_tokens=cfg.max_tokens_per_batch)
     shards, train_data, eval_data, eval_note, d2t, t2d, target_path = (
         prepare_online(cfg, dist=d, verbose=d.main, previous=previous) if cfg.online
         else prepare_data(cfg, verify=verify, verbose=d.main))
+    rendering = getattr(shards, "rendering", None) or unknown("the data records no rendering")
     if previous:
         compare_identity(previous["data"]["train"], shard_identity(shards),
                          f"the run in {out}", shards.path)
+        check_resume_rendering(previous.get("rendering"), rendering, out)
     cuda = dev.startswith("cuda")
     dtype = torch.bfloat16 if cuda else torch.float32  # CPU: fp32 (bf16 is ~5x slower)
     train_data.pad = cfg.pad_batches or cuda  # speculators compiles forward on CUDA
+    if attn == FLEX:  # its BlockMask grows by whole blocks: every batch padded, eval too
+        train_data.pad = eval_data.pad = True
     torch.manual_seed(cfg.seed)
     aux = shards.aux
     drafter = build_drafter(target_path=target_path, aux=aux, d2t=d2t, t2d=t2d,
                             serve_engine=cfg.serve_engine, ttt_steps=cfg.ttt_steps,
-                            num_layers=cfg.num_layers, attn=cfg.draft_attn,
+                            num_layers=cfg.num_layers, attn=attn,
                             flags=cfg.drafter_flags(), warn=d.main)
     match_final_state(drafter, shards)
     if cfg.init_from:
@@ -247,9 +257,11 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
                     "draft_vocab_size": int(d2t.numel()), "num_layers": cfg.num_layers,
                     "hidden_size": int(shards.hidden_size),
                     "trainable_params": sum(p.numel() for p in params),
-                    "device": dev, "compute_dtype": str(dtype).replace("torch.", "")},
+                    "device": dev, "compute_dtype": str(dtype).replace("torch.", ""),
+                    "draft_attn": attn},  # config's draft_attn resolved ("auto")
         "distributed": ranks,
         "plan": {"total_steps": total_steps, "total_tokens": total_tokens},
+        "rendering": rendering,  # how the training text was rendered (data/rendering.py)
         "metric_definitions": METRIC_DEFINITIONS, "progress": dict(state), "summary": None,
     }
 

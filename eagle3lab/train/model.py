@@ -8,6 +8,13 @@ them) are refused before any step, naming both values. Also prevents a drafter s
 without `embed_tokens` loading with a zero embedding (`load_drafter`), and a drafter
 trained with speculators flags some engine does not serve without a word: `build_drafter`
 says which engines would not serve them, by the doctor's rules (`serving_warning`).
+
+`resolve_draft_attn` turns TrainConfig.draft_attn into the kernel a run uses, refusing
+(in one line) flex attention where its training step cannot run: with "sdpa"/"eager"
+speculators 0.9.0 builds a DENSE mask over the packed batch (`create_mask` /
+`create_float_mask`, widened by `extend_dense_mask_for_draft_tokens` at each TTT step),
+with "simple_flex_attention" a block-sparse `BlockMask` (`create_block_mask`, widened by
+`extend_mask_for_draft_tokens`, in whole blocks of FLEX_BLOCK tokens).
 """
 
 from __future__ import annotations
@@ -21,6 +28,53 @@ from eagle3lab.errors import UserError
 from eagle3lab.formats.doctor import serving_engines_of_config, serving_line
 from eagle3lab.formats.reader import Checkpoint
 from eagle3lab.train.config import ENGINE_PROFILES
+
+
+#: speculators' BlockMask block (torch's flex default): `extend_mask_for_draft_tokens`
+#: appends whole blocks per TTT step, so a packed length not a multiple of it fails at TTT
+#: step 1 ("block_mask was created for block_mask.shape=(1, 1, 384, 768) but got q_len=300
+#: and kv_len=600"): flex needs every batch, eval ones too, padded to such a length.
+FLEX_BLOCK = 128
+FLEX = "simple_flex_attention"
+
+
+def flex_backward_problem(device: str) -> str | None:
+    """Why flex attention cannot train (forward + backward) on `device`, or None: tried on
+    a 128-token tensor there (torch 2.13 on the CPU: "FlexAttention does not support
+    backward on CPU", NotImplementedError, compiled or not; its forward runs)."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    q = torch.randn(1, 1, FLEX_BLOCK, 16, device=device, requires_grad=True)
+    mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, FLEX_BLOCK,
+                             FLEX_BLOCK, device=device)
+    try:
+        flex_attention(q, q, q, block_mask=mask).sum().backward()
+    except (NotImplementedError, RuntimeError) as e:
+        return f"{type(e).__name__}: {str(e).splitlines()[0]} (torch {torch.__version__})"
+    return None
+
+
+def resolve_draft_attn(attn: str, *, device: str, max_tokens: int) -> str:
+    """The attention kernel a run on `device` with `max_tokens` packed tokens per batch
+    uses: sdpa / eager as asked; "auto": simple_flex_attention on CUDA when
+    max_tokens is a multiple of FLEX_BLOCK, else sdpa; simple_flex_attention itself where
+    it cannot train is refused, saying why (a UserError, before any model is built)."""
+    if attn not in (FLEX, "auto"):
+        return attn
+    if attn == "auto" and not device.startswith("cuda"):
+        return "sdpa"
+    problem = (f"max_tokens_per_batch {max_tokens} is not a multiple of {FLEX_BLOCK} "
+               f"(speculators extends its BlockMask by whole {FLEX_BLOCK}-token blocks at "
+               f"each TTT step)" if max_tokens % FLEX_BLOCK else None)
+    if problem is None and not device.startswith("cuda"):
+        problem = flex_backward_problem(device)
+    if problem is None:
+        return FLEX
+    if attn == "auto":
+        return "sdpa"
+    raise UserError(f"draft_attn {FLEX!r} cannot train on {device}: {problem}. Use "
+                    f"draft_attn 'sdpa', or 'auto' (flex where it can run, else sdpa).")
 
 
 def draft_layer_config(target_path: str, *, num_layers: int = 1, attn: str = "sdpa",

@@ -43,7 +43,7 @@ from typing import Any, Iterator
 from eagle3lab import __version__
 from eagle3lab.data.extract import _batches
 from eagle3lab.data.prompts import read_conversations
-from eagle3lab.data.regenerate import meta_path, read_meta
+from eagle3lab.data.regenerate import conversations_rendering, meta_path, read_meta
 from eagle3lab.data.shards import VOCAB_MAP, ShardSet
 from eagle3lab.data.vocab import (build_vocab_map, check_vocab_map, token_counts,
                                   vocab_map_bytes, vocab_map_entry)
@@ -126,6 +126,7 @@ class OnlineSet(ShardSet):
             "dtype": states_dtype, "final_state": "pre_norm",
             "conversations": {"path": str(path.resolve()), "sha256": sha256_file(path),
                               "records_used": self.num_samples},
+            "rendering": conversations_rendering(path),  # as their meta file recorded it
             "params": {"max_seq_len": max_seq_len, "model_dtype": model_dtype,
                        "forward_tokens": forward_tokens, "states_cache": cache},
             "totals": {"samples": self.num_samples, "tokens": total,

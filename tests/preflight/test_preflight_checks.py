@@ -324,7 +324,9 @@ def test_every_launch_code_has_a_planted_fault_test_and_a_fix():
 
     for code in LAUNCH_CODES:
         assert code in CODES and CODES[code][1], code
-    assert planted_problems(sys.modules[__name__], LAUNCH_CODES) == []
+    elsewhere = ("chat-template",)  # tests/preflight/test_chat_template_check.py plants it
+    assert planted_problems(sys.modules[__name__],
+                            [c for c in LAUNCH_CODES if c not in elsewhere]) == []
 
 
 def test_t2d_missing_on_vllm_is_not_an_error(pf, tmp_path):

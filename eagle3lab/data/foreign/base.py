@@ -28,6 +28,7 @@ from eagle3lab import __version__
 from eagle3lab.config import TARGET_PRESETS
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_write_json, read_json_object
+from eagle3lab.data.rendering import unknown
 from eagle3lab.data.shards import ShardSet
 from eagle3lab.targets.adapter import config_sha256, resolve_target_path
 from eagle3lab.targets.auxlayers import resolve_aux_layers
@@ -179,9 +180,19 @@ class ForeignSet(ShardSet):
                        "bytes": [os.stat(f).st_size for _, f in self.files]},
              "tokens": None, "loss_tokens": None, "lengths": None,
              "unknown": ["sha256 of the files (neither tool records one: verify checks "
-                         "sizes)", "the conversations the samples came from"]}
+                         "sizes)", "the conversations the samples came from",
+                         "how the text was rendered (chat template, system prompt)"],
+             "rendering": self.rendering}
         self._save(m)
         return m
+
+    @property
+    def rendering(self) -> dict[str, Any]:
+        """Unknown: neither tool records the chat template or system prompt its text was
+        rendered with (also for a manifest synthesised before this was noted)."""
+        reader = f"eagle3lab.data.foreign.{type(self).__module__.rsplit('.', 1)[-1]}"
+        return unknown(f"a {self.TOOL} set (read by {reader}): {self.TOOL} records no chat "
+                       f"template or system prompt")
 
     def _save(self, m: dict[str, Any]) -> None:
         try:

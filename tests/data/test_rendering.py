@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import pytest
 
@@ -214,10 +215,14 @@ def test_foreign_sets_are_unknown_naming_the_reader(tiny_target, tmp_path):
 
     convs = write_conversations(tmp_path / "c.jsonl", tiny_target.tokenizer, n=3)
     extract(conversations=convs, out=tmp_path / "s", target=tiny_target, progress=False)
+    environ = os.environ
     for tool, reader in (("specforge", "foreign.specforge"),
                          ("speculators", "foreign.speculators")):
         write_as(tool, shards=tmp_path / "s", out=tmp_path / tool,
                  target=str(tiny_target.path))
+        # datasets' map swaps os.environ for a copy: the writer puts the process's back
+        # (else this test's EAGLE3LAB_DATA outlived it and broke later real-target tests)
+        assert os.environ is environ
         rec = open_shards(tmp_path / tool, target=str(tiny_target.path)).rendering
         assert is_unknown(rec) and reader in rec["why"]
 

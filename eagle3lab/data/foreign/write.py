@@ -82,8 +82,14 @@ def to_speculators(shards_dir, out, target_dir) -> Path:
     rows = [s[i] for i in range(len(s))]
     raw = Dataset.from_dict({"input_ids": [r["input_ids"].tolist() for r in rows],
                              "loss_mask": [r["loss_mask"].long().tolist() for r in rows]})
-    ds = build_speculator_training_dataset(raw, AutoTokenizer.from_pretrained(str(target_dir)),
-                                           max_length=4096, num_proc=1)
+    environ = os.environ
+    try:
+        ds = build_speculator_training_dataset(
+            raw, AutoTokenizer.from_pretrained(str(target_dir)), max_length=4096, num_proc=1)
+    finally:
+        # datasets' map with num_proc >= 1 swaps os.environ for a copy (arrow_dataset.py,
+        # datasets 5.1.0): put the process's own back, or later changes to it are lost
+        os.environ = environ
     assert len(ds) == len(rows)  # every row has loss tokens: none filtered
     ds.save_to_disk(str(out))
     save_token_frequency_distribution(ds, out / "token_freq.pt")

@@ -56,7 +56,7 @@ def run(args) -> int:
         from eagle3lab.formats.opened import open_drafter
         from eagle3lab.preflight.rendering import rendering_findings, resolve_target_dir
 
-        report.findings += rendering_findings(open_drafter(args.ckpt).path,
+        report.findings += rendering_findings(open_drafter(args.ckpt),
                                               target_dir=resolve_target_dir(args.target))
     print(report.to_json() if args.json else report.table(show_tensors=args.tensors))
     return 0 if report.ok else 1

@@ -231,22 +231,15 @@ class RenderSettings(StrictConfig):
         return v
 
 
-def drafter_rendering(directory: str | os.PathLike) -> dict[str, Any]:
-    """The rendering record of the drafter in `directory` (or beside a weights file): its
-    `eagle3lab.json`'s "rendering", else its config.json's "eagle3lab" block's; unknown
-    when neither holds one (trained elsewhere, or before eagle3lab recorded it)."""
-    d = Path(directory)
-    d = d if d.is_dir() else d.parent
-    for path, key in ((d / "eagle3lab.json", None), (d / "config.json", "eagle3lab")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            continue
-        block = data.get(key) if key and isinstance(data, dict) else data
-        found = block.get("rendering") if isinstance(block, dict) else None
-        if isinstance(found, dict):
-            return found
-    return unknown(f"the drafter in {d} records no rendering (no eagle3lab.json 'rendering')")
+def record_rendering(record: dict[str, Any] | None, where: str) -> dict[str, Any]:
+    """The rendering in a drafter's provenance record (`DraftConfig.record`: its config.json's
+    `eagle3lab` block over its eagle3lab.json); unknown when it holds none (trained
+    elsewhere, or before eagle3lab recorded it)."""
+    found = (record or {}).get("rendering")
+    if isinstance(found, dict):
+        return found
+    return unknown(f"the drafter in {where} records no rendering (no eagle3lab.json "
+                   f"'rendering')")
 
 
 def settings_from_record(record: dict[str, Any] | None, where: str = "the drafter"
@@ -306,7 +299,7 @@ def load_render_settings(spec: str | os.PathLike | dict[str, Any] | RenderSettin
     name = str(spec)
     if name == TRAINED:
         raise UserError(f"--render-as {TRAINED} renders as the drafter's record says; pass "
-                        f"the record itself (`drafter_rendering(DRAFTER)`) where no drafter "
+                        f"the record itself (`formats.reader.drafter_rendering(DRAFTER)`) where no drafter "
                         f"is at hand.")
     if name in PRESETS:
         return RenderSettings.from_dict(PRESETS[name], f"render preset {name!r}")

@@ -195,7 +195,7 @@ def _ids(v: Any) -> list[int] | None:
 def read_sidecar(directory) -> dict[str, Any] | None:
     """The training record beside a drafter (eagle3lab.json) in the shape of the config's
     `eagle3lab` block: `aux_layers` (what the shards were captured at), `engine_profile`
-    (the norm flags training used), `ttt_steps` when recorded; None when absent or
+    (the norm flags training used), `ttt_steps`, `rendering` when recorded; None when absent or
     unreadable (the doctor then judges by the config alone)."""
     import json
     from pathlib import Path
@@ -217,6 +217,8 @@ def read_sidecar(directory) -> dict[str, Any] | None:
     steps = drafter.get("ttt_steps", get_path(run, ("config", "ttt_steps")))
     if isinstance(steps, int):
         out["ttt_steps"] = steps
+    if isinstance(run.get("rendering"), dict):  # how its data was rendered (data/rendering.py)
+        out["rendering"] = run["rendering"]
     return out or None
 
 

@@ -19,6 +19,7 @@ import struct
 from pathlib import Path
 from typing import Any, Iterator
 
+from eagle3lab.data.rendering import record_rendering
 from eagle3lab.errors import UserError
 from eagle3lab.formats.detect import DraftConfig, detect_format, parse_draft_config, read_sidecar
 
@@ -273,6 +274,20 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserError(f"{p} is not a JSON object.")
     return data
+
+
+def drafter_rendering(directory: str | os.PathLike) -> dict[str, Any]:
+    """How the data of the drafter in `directory` (or beside a weights file) was rendered
+    (`eagle3lab.data.rendering`), from its record as the doctor reads it (config.json's
+    `eagle3lab` block over eagle3lab.json); unknown when it records none. A drafter already
+    opened: `record_rendering(opened.parsed_config.record, ...)`."""
+    d = Path(directory)
+    d = d if d.is_dir() else d.parent
+    try:
+        config = read_config(d)
+    except UserError:  # no or a broken config.json: the record beside it may still say
+        config = None
+    return record_rendering(parse_draft_config(config, sidecar=read_sidecar(d)).record, str(d))
 
 
 def load_draft_config(directory) -> DraftConfig:

@@ -54,6 +54,8 @@ from eagle3lab.data import rendering as rec
 from eagle3lab.engines.serve_args import launch_config, serve_parser
 from eagle3lab.errors import UserError
 from eagle3lab.formats.findings import Finding, error, info, warning
+from eagle3lab.formats.opened import OpenedDrafter
+from eagle3lab.formats.reader import drafter_rendering
 from eagle3lab.preflight.command import LaunchSpec, detect_engine
 
 CODE = "chat-template"
@@ -307,14 +309,6 @@ def _tokenizer_template(tok, engine: str, name: str | None) -> str | None:
     return rec.tokenizer_template(tok)
 
 
-# --- the drafter's record ------------------------------------------------------------------
-
-def drafter_record(directory: str | Path) -> dict[str, Any]:
-    """The rendering record of the drafter in `directory` (rendering.drafter_rendering):
-    an "unknown" one, with its reason, when it holds none (then it cannot be checked)."""
-    return rec.drafter_rendering(directory)
-
-
 # --- the comparison ------------------------------------------------------------------------
 
 def _render(tok, template: str, conv, kwargs: dict[str, Any]) -> str:
@@ -522,11 +516,12 @@ def rendering_findings(drafter, *, target_dir: str | Path | None,
     on the target in `target_dir` (its tokenizer files), launched as `spec` (None: the
     engines' default rendering, `inspect --target`). The target's tokenizer is loaded only
     when the drafter records a rendering."""
-    record = drafter_record(Path(drafter))
+    record = (rec.record_rendering(drafter.parsed_config.record, str(drafter.path))
+              if isinstance(drafter, OpenedDrafter) else drafter_rendering(drafter))
     tdir = Path(target_dir) if target_dir is not None else None
     given = spec is not None and bool(launch_flags(spec).get("chat_template"))
     served = served_rendering(target_dir=tdir, spec=spec,
-                              load=given or (record is not None and not rec.is_unknown(record)))
+                              load=given or not rec.is_unknown(record))
     return compare(record, served)
 
 

@@ -256,11 +256,12 @@ def preflight(command: str | list[str], *, engine_version: str | None = None,
                 report, dcfg, extra = _doctor(drafter, tdir, profile, check_values,
                                               trained_aux_layers, trained_convention, version,
                                               runner[0] if runner else None)
+                # the drafter's recorded chat template (its record, already read) vs what
+                # this launch renders
+                extra += rendering_findings(drafter, target_dir=tdir, spec=spec)
             findings += report.findings + extra
             skipped += [s for s in report.skipped if tdir is not None or "target" not in
                         s["check"]]
-            # the drafter's recorded chat template vs what this launch renders
-            findings += rendering_findings(drafter.path, target_dir=tdir, spec=spec)
         trained = dcfg.trained_steps() if dcfg else (None, None)
         findings += checks.draft_token_findings(spec, trained_steps=trained[0],
                                                 trained_source=trained[1])

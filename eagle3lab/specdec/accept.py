@@ -17,7 +17,7 @@ from typing import Any
 
 from eagle3lab.config import DEFAULT_TARGET
 from eagle3lab.data.prompts import chat_prompt_ids, load_prompts
-from eagle3lab.data.rendering import TRAINED, Renderer, drafter_rendering, load_render_settings
+from eagle3lab.data.rendering import TRAINED, Renderer, load_render_settings, record_rendering
 from eagle3lab.errors import UserError
 from eagle3lab.formats.opened import OpenedDrafter, owned
 from eagle3lab.specdec.batched import check_batch_size
@@ -139,7 +139,7 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
             first = next((opened[_key(a.draft)] for a in arms if a.draft is not None), None)
             if first is None:
                 raise UserError(f"--render-as {TRAINED} needs a drafter.")
-            render_as = drafter_rendering(first.path)
+            render_as = record_rendering(first.parsed_config.record, str(first.path))
             load_render_settings(render_as)  # unknown, or not reproducible here: one line
         return _decode(arms=arms, opened=opened, target=target, prompts=prompts, limit=limit,
                        max_new_tokens=max_new_tokens, steps=steps, topk=topk,

@@ -265,7 +265,8 @@ def test_real_target_regenerate_records_and_renders_none_vs_empty(real_target, p
 
 
 def test_drafter_rendering_and_settings_from_a_record(tiny_target, thinking_template, tmp_path):
-    from eagle3lab.data.rendering import drafter_rendering, settings_from_record
+    from eagle3lab.data.rendering import settings_from_record
+    from eagle3lab.formats.reader import drafter_rendering
 
     d = tmp_path / "drafter"
     d.mkdir()

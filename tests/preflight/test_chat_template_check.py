@@ -21,7 +21,8 @@ from pfutil import copy_draft, sglang_cmd, vllm_cmd
 from planted import planted_problems, plants
 
 from eagle3lab.data.rendering import rendering_record, template_sha256
-from eagle3lab.preflight.rendering import (drafter_record, load_tokenizer, rendering_findings,
+from eagle3lab.formats.reader import drafter_rendering
+from eagle3lab.preflight.rendering import (load_tokenizer, rendering_findings,
                                            served_rendering)
 from eagle3lab.preflight.run import preflight
 
@@ -164,7 +165,7 @@ def test_matching_record_is_no_warning(pf, rt, tmp_path):
     [f] = by_code(r, "chat-template")
     assert f.severity == "info" and "matches" in f.message and r.ok
     assert "'You are terse.'" in f.message and "clients must send exactly" in f.message
-    assert drafter_record(d) == record
+    assert drafter_rendering(d) == record
 
 
 @plants("chat-template")

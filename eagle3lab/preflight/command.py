@@ -210,15 +210,22 @@ def parse_command(command: str | list[str]) -> LaunchSpec:
         dtype=None, flags={"speculative": ns.speculative, "device": ns.device}, unknown=[])
 
 
-def _speculative_config(text: str | None) -> dict[str, Any]:
+def json_object_flag(flag: str, text: str | None, example: str,
+                     consequence: str = "") -> dict[str, Any]:
+    """A launch flag's JSON-object value ({} when the flag is absent); not JSON, or not an
+    object, is one line naming the flag, what the engine does with it (`consequence`, e.g.
+    ": the engine refuses the command"), and how to quote it."""
     if text is None:
         return {}
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise UserError(f"--speculative-config is not valid JSON ({e.msg} at column "
-                        f"{e.colno}): {text!r}. Quote it for the shell: "
-                        f"--speculative-config '{{\"method\": \"eagle3\", ...}}'.") from None
+        raise UserError(f"{flag} {text!r} is not valid JSON ({e.msg} at column {e.colno})"
+                        f"{consequence}. Quote it for the shell: {flag} '{example}'.") from None
     if not isinstance(value, dict):
-        raise UserError(f"--speculative-config must be a JSON object, not {text!r}.")
+        raise UserError(f"{flag} must be a JSON object, not {text!r}{consequence}.")
     return value
+
+
+def _speculative_config(text: str | None) -> dict[str, Any]:
+    return json_object_flag("--speculative-config", text, '{"method": "eagle3", ...}')

@@ -56,7 +56,7 @@ from eagle3lab.errors import UserError
 from eagle3lab.formats.findings import Finding, error, info, warning
 from eagle3lab.formats.opened import OpenedDrafter
 from eagle3lab.formats.reader import drafter_rendering
-from eagle3lab.preflight.command import LaunchSpec, detect_engine
+from eagle3lab.preflight.command import LaunchSpec, detect_engine, json_object_flag
 
 CODE = "chat-template"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -251,22 +251,15 @@ def _template_flag(engine: str, value: str, where: str) -> ServedRendering:
 
 
 def _kwargs_flag(text: str | None, served: ServedRendering) -> None:
-    if text is None:
-        return
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        served.problems.append(f"--default-chat-template-kwargs {text!r} is not valid JSON "
-                               f"({e.msg} at column {e.colno}): the engine refuses the "
-                               f"command. Quote it for the shell: "
-                               f"--default-chat-template-kwargs '{{\"enable_thinking\": "
-                               f"false}}'.")
+        value = json_object_flag("--default-chat-template-kwargs", text,
+                                 '{"enable_thinking": false}',
+                                 ": the engine refuses the command")
+    except UserError as e:
+        served.problems.append(str(e))
         return
-    if not isinstance(value, dict):
-        served.problems.append(f"--default-chat-template-kwargs must be a JSON object, not "
-                               f"{text!r}: the engine refuses the command.")
-        return
-    served.kwargs = value
+    if text is not None:
+        served.kwargs = value
 
 
 def served_rendering(*, target_dir: Path | None, spec: LaunchSpec | None = None,

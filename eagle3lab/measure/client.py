@@ -39,8 +39,10 @@ from typing import Any
 
 from eagle3lab.errors import UserError
 
-#: SGLang's per-request histogram: 0.5.23's name first, then the older (and alias) name.
-SGLANG_HISTOGRAM_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
+#: SGLang's per-request histogram keys in meta_info: `spec_accept_histogram` (older releases,
+#: later ones' alias, and `eagle3lab serve`, full length) first, then 0.5.23's
+#: `spec_correct_drafts_histogram` (as long as the largest count seen: padded where read).
+HISTOGRAM_KEYS = ("spec_accept_histogram", "spec_correct_drafts_histogram")
 
 NO_PER_REQUEST_STATS = (
     "{where}: this server reports no per-request speculative stats ({why}). Per-prompt "
@@ -107,7 +109,7 @@ def _sglang_counts(meta: dict[str, Any], resp: dict[str, Any], where: str) -> di
         raise UserError(NO_PER_REQUEST_STATS.format(
             where=where, why="meta_info has no spec_verify_ct: is it speculating?"))
     verify = int(verify)
-    hist = next((list(meta[k]) for k in SGLANG_HISTOGRAM_KEYS if meta.get(k)), None)
+    hist = next((list(meta[k]) for k in HISTOGRAM_KEYS if meta.get(k)), None)
     proposed = meta.get("spec_num_proposed_drafts")
     per_step = int(proposed) // verify if proposed else (len(hist) - 1 if hist else 0)
     correct = meta.get("spec_num_correct_drafts")

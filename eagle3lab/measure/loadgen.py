@@ -31,8 +31,8 @@ import time
 from typing import Any
 
 from eagle3lab import asyncutil
+from eagle3lab.measure.client import HISTOGRAM_KEYS
 from eagle3lab.measure.prometheus import scrape, window
-from eagle3lab.measure.workload import HISTOGRAM_KEYS
 
 
 def _payload(api: str, req: dict[str, Any], *, max_new_tokens: int, temperature: float,

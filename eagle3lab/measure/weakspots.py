@@ -33,6 +33,7 @@ from eagle3lab.data.remote import TargetInfo
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_path, atomic_write_json, read_json_object
 from eagle3lab.measure.client import http_json, per_request_spec
+from eagle3lab.specdec.stats import AcceptStats
 
 SERVER_KIND = "eagle3lab-server-per-request"
 #: prompt-length bins (tokens of the chat-templated prompt), upper edges
@@ -121,9 +122,10 @@ def prompt_row(r: dict[str, Any]) -> dict[str, Any]:
            "tau": 1 + accepted / steps if steps else math.nan,
            "accept_length": (r["completion_tokens"] / steps
                              if steps and r.get("completion_tokens") is not None else math.nan)}
-    total = sum(hist)
-    for k in range(1, len(hist)):
-        row[f"acc@{k}"] = sum(hist[k:]) / total if total else math.nan
+    cum = (AcceptStats(histogram=hist).cumulative() if sum(hist)
+           else [math.nan] * (len(hist) - 1))  # the one definition (specdec/stats.py)
+    for k, a in enumerate(cum, 1):
+        row[f"acc@{k}"] = a
     return row
 
 

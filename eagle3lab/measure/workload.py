@@ -25,9 +25,7 @@ from typing import Any
 
 from eagle3lab.data.prompts import chat_prompt_ids
 from eagle3lab.errors import UserError
-from eagle3lab.measure.client import http_json
-
-HISTOGRAM_KEYS = ("spec_accept_histogram", "spec_correct_drafts_histogram")
+from eagle3lab.measure.client import HISTOGRAM_KEYS, http_json
 
 
 def build_requests(prompts: list, tokenizer=None) -> list[dict[str, Any]]:

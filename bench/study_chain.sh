@@ -2,8 +2,9 @@
 # The study's chain on the device (docs/study.md, "How a session runs"), started in the
 # background by the call that installs the carry:
 #   (setsid nohup bash bench/study_chain.sh [TRAIN OPTIONS] > /root/e3l/study/chain.log 2>&1 < /dev/null &)
-# unpack the committed packs, plan, put back the runs earlier sessions finished (committed
-# under data/studies/h200-grok/), train and decode the rest. Every stage resumes.
+# unpack the committed packs, put back the weak arms' selection of an earlier session (else
+# rank their candidates: `weak`), plan, put back the runs earlier sessions finished
+# (committed under data/studies/h200-grok/), train and decode the rest. Every stage resumes.
 # Extra arguments go to `train` (e.g. --jobs 2 --only NAME,NAME).
 set -u
 W=${STUDY_WORK:-/root/e3l/study}
@@ -12,6 +13,8 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/e3l/site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 S="python3 -P bench/study_gpu.py"
 $S unpack --work $W --packs data/studies/h200-grok/packs --target $T \
+  && $S restore --work $W --results data/studies/h200-grok \
+  && $S weak --work $W --target $T --device cuda --config data/studies/h200-grok/config.json \
   && $S plan --work $W --target $T --config data/studies/h200-grok/config.json \
   && $S restore --work $W --results data/studies/h200-grok \
   && $S train --work $W --device cuda "$@"

@@ -15,14 +15,18 @@ Stages (each a subcommand; WORK is the study's work directory on the device):
             finished file into WORK/pack (uint16 token ids, <= 15 MiB parts)
     unpack  rebuild the conversation files from carried packs (a later session)
     describe  the data record committed beside the packs (data.json), after unpack
+    weak    rank the candidates of the config's `weak` block with its ranker (static
+            engine, per-prompt tau) into WORK/study/weak-selection.json (before plan)
     plan    the pool, each arm's data and study.json from a config JSON
             (eagle3lab.study.atscale.AtScaleConfig)
     train   every unfinished arm, --jobs at a time on the one GPU, online; then each
             finished run's live acceptance (static engine), its step checkpoints deleted
-    restore put a finished session's collected results back (a later session, after plan)
+    restore put a finished session's collected results back (a later session: the weak
+            selection at once, the runs after plan)
     collect the small results into a folder (and a tar.gz for the device's file return)
 
     python -P bench/study_gpu.py data --work W --target T --prompts 90000 --deadline-s 560
+    python -P bench/study_gpu.py weak --work W --device cuda --config CONFIG   (same as plan's)
     python -P bench/study_gpu.py plan --work W --config data/studies/h200-grok/config.json
     python -P bench/study_gpu.py train --work W --jobs 4 --deadline-s 560
     python -P bench/study_gpu.py collect --work W --dest $OUT/results
@@ -215,9 +219,11 @@ def stage_data(args) -> int:
 
 
 # --- plan, train, live ----------------------------------------------------------------------
-def stage_plan(args) -> int:
+def study_config(args):
+    """The study config (--config) with its data paths in the work directory, the study in
+    WORK/study and --target, if given, as the target."""
     from eagle3lab.fsutil import read_json_object
-    from eagle3lab.study.atscale import AtScaleConfig, prepare_study
+    from eagle3lab.study.atscale import AtScaleConfig
 
     raw = read_json_object(Path(args.config), what="study config",
                            fix="Give a JSON object of AtScaleConfig fields "
@@ -230,11 +236,40 @@ def stage_plan(args) -> int:
         raw["eval_conversations"] = str(work / raw["eval_conversations"])
     raw["out"] = str(work / "study")
     raw["target"] = args.target or raw.get("target")
-    cfg = AtScaleConfig.from_dict(raw, where=f"{args.config}")
+    return AtScaleConfig.from_dict(raw, where=f"{args.config}")
+
+
+def stage_weak(args) -> int:
+    """Rank the weak arms' candidates with the config's ranker (atscale.rank_weak): after
+    unpack (and restore, which puts a committed selection back), before plan. Skipped when
+    the selection exists for this config; a config without a `weak` block has nothing to
+    rank."""
+    from eagle3lab.study.atscale import rank_weak
+
+    cfg = study_config(args)
+    if cfg.weak is None:
+        log(f"{args.config} has no `weak` block: nothing to rank")
+        return 0
+    dst = rank_weak(cfg, device=args.device, progress=True)
+    log(f"weak-spots selection: {dst}")
+    return 0
+
+
+def stage_plan(args) -> int:
+    from eagle3lab.study.atscale import prepare_study
+
+    cfg = study_config(args)
     study = prepare_study(cfg)
-    log(f"{len(study['arms'])} runs of {cfg.tokens_per_run:,} tokens "
-        f"({study['steps_per_run']} steps); pool {study['pool']['greedy']['tokens']:,} greedy "
+    long = sum(a["kind"] == "long" for a in study["arms"])
+    log(f"{len(study['arms']) - long} runs of {cfg.tokens_per_run:,} tokens "
+        f"({study['steps_per_run']} steps)"
+        + (f" and {long} long runs of {cfg.long.tokens_per_run:,}" if long else "")
+        + f"; pool {study['pool']['greedy']['tokens']:,} greedy "
         f"answer tokens, {study['pool']['sampled']['tokens']:,} sampled")
+    if weak := [a for a in study["arms"] if a["kind"] == "weak"]:
+        log(f"{len(weak)} weak-spots runs among them: "
+            + ", ".join(f"{a['name']} ({a['data']['tokens']:,} unique answer tokens)"
+                        for a in weak))
     return 0
 
 
@@ -335,12 +370,22 @@ def stage_train(args) -> int:
 def stage_restore(args) -> int:
     """Put a finished session's collected results (`collect --dest DIR`) back into the
     study on a fresh machine, so that its finished runs are not trained again (their
-    run.json says done) nor decoded again (live.json). Run after `plan`."""
+    run.json says done) nor decoded again (live.json), and the weak arms' selection, so
+    that `weak` does not rank again. The runs need the plan: run it after `plan` (before
+    `weak` too, for the selection: the chain runs it twice)."""
     import shutil
 
-    from eagle3lab.study.atscale import RUN_FILES, read_study
+    from eagle3lab.study.atscale import RUN_FILES, WEAK_SELECTION, read_study
 
     work, src = Path(args.work), Path(args.results)
+    sel = work / "study" / WEAK_SELECTION
+    if (src / WEAK_SELECTION).is_file() and not sel.is_file():
+        sel.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / WEAK_SELECTION, sel)
+        log(f"restored the weak-spots selection from {src}")
+    if not (work / "study" / "study.json").is_file():
+        log(f"no plan in {work / 'study'} yet: finished runs are restored after `plan`")
+        return 0
     names = {a["name"] for a in read_study(work / "study")["arms"]}
     restored = []
     for run in sorted((src / "runs").glob("*")) if (src / "runs").is_dir() else []:
@@ -461,6 +506,9 @@ def main(argv: list[str] | None = None) -> int:
     ds.add_argument("--packs", required=True, help="folder of packed sets")
     ds.add_argument("--dest", required=True, help="where data.json goes")
     ds.add_argument("--made", required=True, help="when, where and by what the data was made")
+    wk = sub.add_parser("weak", parents=[common], help="rank the weak arms' candidates "
+                        "(before plan; the config's `weak` block)")
+    wk.add_argument("--config", required=True)
     p = sub.add_parser("plan", parents=[common], help="pool, arm data, study.json")
     p.add_argument("--config", required=True)
     t = sub.add_parser("train", parents=[common], help="train and decode the arms")
@@ -481,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == "data" and not args.target:
         ap.error("data needs --target")
     return {"data": stage_data, "unpack": stage_unpack, "describe": stage_describe,
-            "plan": stage_plan,
+            "weak": stage_weak, "plan": stage_plan,
             "train": stage_train, "restore": stage_restore,
             "collect": stage_collect}[args.stage](args)
 

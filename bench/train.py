@@ -48,15 +48,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 DEFAULT_SHARDS = Path(__file__).resolve().parent.parent / "data/runs/default/shards/train"
 
 
-def synthetic_shards(root: Path, n: int = 24, draft_vocab_size: int = 8192) -> Path:
+def synthetic_shards(root: Path, n: int = 24, draft_vocab_size: int = 8192,
+                     target: str = "smollm2-135m-instruct") -> Path:
     """Shipped train prompts answered by 160 tokens of another prompt's text, extracted
-    through the default target (realistic lengths, no generation)."""
+    through `target` (default: the default target; realistic lengths, no generation)."""
     from eagle3lab.data.extract import extract
     from eagle3lab.data.prompts import chat_prompt_ids, conversation_record, load_prompts
     from eagle3lab.data.vocab import build_shard_vocab
     from eagle3lab.targets.adapter import load_target
 
-    tgt = load_target("smollm2-135m-instruct", device="cpu")
+    tgt = load_target(target, device="cpu")
     tok = tgt.tokenizer
     prompts = load_prompts("train", limit=2 * n)
     root.mkdir(parents=True, exist_ok=True)
@@ -215,6 +216,7 @@ def step_times(data: Path, attns: list[str], *, tokens: int, doc_len: int, ttt: 
             if attn == "auto" else attn
         row = {"kernel": kernel, "train_ms": None, "forward_ms": None,
                "train_problem": None, "forward_problem": None}
+        torch._dynamo.reset()  # each kernel compiles afresh (the recompile limit is per process)
         torch.manual_seed(0)
         model = build_drafter(target_path=shards.manifest["target"]["path"], aux=shards.aux,
                               d2t=d2t, t2d=t2d, ttt_steps=ttt, attn=kernel).to(device)
@@ -346,6 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=2048, help="packed tokens per step")
     ap.add_argument("--ttt", type=int, default=3, help="TTT steps")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--target", default="smollm2-135m-instruct",
+                    help="the target the default shards are extracted through (a directory "
+                         "or preset; on the device, where the target package is not "
+                         "installed, its unpacked directory)")
     ap.add_argument("--draft-attn", "--attn", dest="attn", nargs="+", default=["sdpa"],
                     help="draft attention kernel(s), comma- or space-separated, measured side "
                     "by side: "
@@ -388,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         data = Path(args.data or DEFAULT_SHARDS)
         what = f"shards {data}"
     else:
-        data = synthetic_shards(root / "synthetic")
-        what = "synthetic conversations through the default target (no default shards yet)"
+        data = synthetic_shards(root / "synthetic", target=args.target)
+        what = f"synthetic conversations through {args.target} (no default shards yet)"
     print(f"bench/train.py: {what}; device {device}; {args.max_tokens} tokens/step; "
           f"TTT {args.ttt}; {args.warmup} warmup + {args.steps} timed steps; draft attention "
           f"{', '.join(attns)}")

@@ -5,7 +5,9 @@ user's words learns to predict text the target never generates. Every conversati
 an explicit loss mask (1 on the assistant's tokens only), built from the same token ids
 that are stored, never re-derived by re-tokenising text. Malformed prompt files fail with
 the file and line named. `concat_jsonl` joins conversation files so that a changed mix is
-rewritten (and so refused by the stale shards) instead of silently reused.
+rewritten (and so refused by the stale shards) instead of silently reused; its `.meta.json`
+carries the parts' rendering record only where every part records the same one (otherwise
+"unknown", with the reason), so a mix is never reported as one rendering it is not.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from eagle3lab import __version__
 from eagle3lab.config import prompts_dir
-from eagle3lab.data.rendering import Renderer
+from eagle3lab.data.rendering import Renderer, describe, is_unknown, same_rendering, unknown
 from eagle3lab.errors import UserError
-from eagle3lab.fsutil import atomic_path, sha256_file
+from eagle3lab.fsutil import (atomic_path, atomic_write_json, read_json_object, sha256_bytes,
+                              sha256_file)
 
 SPLITS = ("train", "eval")
 
@@ -192,7 +196,11 @@ def concat_jsonl(parts: list[str | os.PathLike], dst: str | os.PathLike) -> dict
     part whose last line has no newline gets one. Left untouched when it already holds
     exactly that (a resumed run extracts the same data); rewritten atomically when the parts
     changed, so that extract refuses its stale shards instead of silently training on the
-    old mix. Returns the record count and whether the file was rewritten."""
+    old mix. Beside it `<dst>.meta.json` (the stages' convention): the parts (path, sha256,
+    records, rendering), their rendering record where every part records the same one, else
+    `unknown` naming why (the parts differ, or a part records none), and the target where
+    every part's meta names the same one. Returns the record count, whether the file was
+    rewritten, the parts, the meta file and the rendering."""
     parts, dst = [Path(p) for p in parts], Path(dst)
     missing = [str(p) for p in parts if not p.is_file()]
     if not parts or missing:
@@ -205,5 +213,59 @@ def concat_jsonl(parts: list[str | os.PathLike], dst: str | os.PathLike) -> dict
     if not same:
         with atomic_path(dst) as tmp:
             tmp.write_bytes(data)
+    metas = [_part_meta(p) for p in parts]
+    rendering = _concat_rendering(parts, [m.get("rendering") for m in metas])
+    meta: dict[str, Any] = {
+        "kind": "eagle3lab-conversations", "eagle3lab": __version__,
+        "records": data.count(b"\n"), "rendering": rendering,
+        "concat": [{"path": str(p), "sha256": sha256_bytes(c),
+                    "records": c.count(b"\n") + (1 if c and not c.endswith(b"\n") else 0),
+                    "rendering": m.get("rendering") or unknown(m["why"])}
+                   for p, c, m in zip(parts, chunks, metas)]}
+    targets = [m.get("target") for m in metas]
+    if all(isinstance(t, dict) and t.get("config_sha256") for t in targets) and \
+            len({t["config_sha256"] for t in targets}) == 1:  # who answered: online's check
+        meta["target"] = targets[0]
+    mpath = meta_path(dst)
+    if not (mpath.is_file() and _json_or_none(mpath) == meta):
+        atomic_write_json(mpath, meta)
     return {"out": str(dst), "records": data.count(b"\n"), "rewritten": not same,
-            "parts": [str(p) for p in parts]}
+            "parts": [str(p) for p in parts], "meta": str(mpath), "rendering": rendering}
+
+
+def meta_path(out: Path) -> Path:
+    """`<out>.meta.json`: the stages' meta file beside their output (regenerate, self-prompt,
+    concat_jsonl; data.regenerate re-exports it)."""
+    return out.with_name(out.name + ".meta.json")
+
+
+def _json_or_none(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def _part_meta(part: Path) -> dict[str, Any]:
+    """A part's meta file (its rendering and target), or {"why": ...} where it has none; a
+    corrupt one is one line naming it."""
+    mpath = meta_path(part)
+    if not mpath.is_file():
+        return {"why": f"{part.name} has no {mpath.name} (not written by eagle3lab)"}
+    meta = read_json_object(mpath, what="meta file")
+    rec = meta.get("rendering")
+    return {"rendering": rec if isinstance(rec, dict) else None, "target": meta.get("target"),
+            "why": f"{mpath.name} records no rendering (made before eagle3lab recorded it)"}
+
+
+def _concat_rendering(parts: list[Path], records: list[dict[str, Any] | None]
+                      ) -> dict[str, Any]:
+    """The parts' common rendering record; `unknown` when a part records none or two parts
+    were rendered differently (a mix is no one rendering)."""
+    if none := [p.name for p, r in zip(parts, records) if is_unknown(r)]:
+        return unknown(f"concatenated from parts of which {', '.join(none)} record"
+                       f"{'s' if len(none) == 1 else ''} no rendering")
+    if not all(same_rendering(records[0], r) for r in records[1:]):
+        return unknown("concatenated from parts rendered differently: " + "; ".join(
+            f"{p.name}: {describe(r)}" for p, r in zip(parts, records)))
+    return records[0]

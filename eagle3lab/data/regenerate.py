@@ -63,7 +63,7 @@ from eagle3lab.fsutil import (atomic_write_json, check_writable_dir, read_append
                               read_json_object)
 from eagle3lab.data import rankparts, remote
 from eagle3lab.data.prompts import (chat_prompt_ids, conversation_record, load_prompts,
-                                    prompts_fingerprint)
+                                    meta_path, prompts_fingerprint)
 from eagle3lab.data.rendering import template_sha256, tokenizer_template, unknown
 from eagle3lab.data.stage import GenerationConfig, GenerationStage, build_config
 
@@ -103,10 +103,6 @@ def conversations_rendering(path: str | os.PathLike) -> dict[str, Any]:
 STATIC_CHUNK_ROWS = 16
 #: Rows the static engine prefills together when they are refilled at once.
 STATIC_PREFILL_ROWS = 64
-
-
-def meta_path(out: Path) -> Path:
-    return out.with_name(out.name + ".meta.json")
 
 
 def read_meta(out: Path, kind: str) -> dict[str, Any] | None:

@@ -283,8 +283,8 @@ def per_request_records(plist: list, texts: list, results: list, plain_results: 
                         tokenizer) -> list[dict[str, Any]]:
     """One record per prompt: raw counts (completion tokens, verify steps, the accept
     histogram: acceptance per position follows from it), the prompt (text, category,
-    length in tokens), what the target said (its plain output, decoded) and, where the
-    engine kept them (the eager engine), the rejected drafts: `mismatches` as ids and the
+    length in tokens), what the target said (its plain output, decoded) and the rejected
+    drafts (either engine keeps them): `mismatches` as ids and the
     first `SHOWN_MISMATCHES` decoded, draft tokens beside the target's tokens at that
     position (eagle3lab.measure.weakspots ranks and exports these)."""
     out = []

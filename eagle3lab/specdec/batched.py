@@ -12,7 +12,9 @@ large batch one eager prefill per prompt costs more than the decode steps). Per 
 returns the same `GenerationResult` (raw counts) as `SpecEngine`/`PlainEngine`, and it
 follows their algorithm step for step (the same drafting, tree selection, acceptance
 rule, per-request sampling generator and draw order), so on a CPU in fp32 its outputs
-and acceptance counts equal theirs (tests check it); `generate` has their signature.
+and acceptance counts equal theirs (tests check it); `generate` has their signature. It
+keeps their rejected drafts too (`mismatches`): on the pipelined path each step's drafts
+(a tree's tokens and parents) go to the host with its result, a few ints per row.
 
 Greedy decoding (plain, chains and trees: the speed-critical cases) keeps its whole state
 on the device: one captured step per verify (with the acceptance rule, and for trees the
@@ -74,6 +76,7 @@ class _Row:
         self.t_decode = 0.0
         self.capture0 = 0.0  # graph-capture seconds so far when its decoding began
         self.decode_s = 0.0
+        self.mismatches: list[list] = []  # [position, refused drafts, target id] per step
 
 
 class BatchedEngine:
@@ -239,7 +242,8 @@ class BatchedEngine:
                 output_ids=r.out, finish_reason=r.finish, verify_ct=r.verify_ct,
                 accept_histogram=r.hist, num_draft_tokens=self.num_draft_tokens,
                 prefill_s=r.prefill_s, decode_s=r.decode_s, verify_s=r.verify_s,
-                draft_s=r.draft_s)
+                draft_s=r.draft_s, mismatches=None if self.drafter is None else
+                [m for m in r.mismatches if m[0] < len(r.out)])
             results[r.req] = res
             rows[b] = None
             self._live[b] = 0
@@ -302,7 +306,10 @@ class BatchedEngine:
             if fast:
                 # pipelined: step t is enqueued before the host accounts step t-1, so the
                 # device never waits for the host's bookkeeping
-                width = self.steps + 2 if self.drafter is not None else 1
+                # per row: accepted, emitted (S+1), and the step's drafts (a chain's S; a
+                # tree's D-1 tokens and D parents) for the rejected drafts
+                width = 1 if self.drafter is None else self.steps + 2 + (
+                    self.steps if self.topk == 1 else 2 * self.draft_tokens - 1)
                 self._res_host = [torch.zeros(B, width, dtype=torch.long,
                                               pin_memory=self.device.type == "cuda")
                                   for _ in range(2)]
@@ -645,7 +652,10 @@ class BatchedEngine:
                 {"x": self._x, "L": self._L,
                  **({"drafts": self._drafts} if chain else self._tree)},
                 kv=self.kv_t.data, kv_len=kv_len)
-            res = torch.cat([acc[:, None], emitted], dim=1)
+            # the drafts just verified go to the host with the result (before the next
+            # chain or tree overwrites them): a few ints per row, for `mismatches`
+            res = torch.cat([acc[:, None], emitted] + (
+                [self._drafts] if chain else [self._tree["tok"], self._tree["par"]]), dim=1)
         host = self._res_host[slot][:, :res.shape[1]]
         host.copy_(res, non_blocking=True)
         t1 = self._mark()
@@ -686,8 +696,26 @@ class BatchedEngine:
                     r.x = res[b][0]
                     self._emit(r, [r.x], None, max_new, on_step)
             return
-        self._account(rows, live, [x[0] for x in res], [x[1:x[0] + 2] for x in res],
-                      verify_s, draft_s, max_new, on_step)
+        S = self.steps
+        accs, emitted = [x[0] for x in res], [x[1:x[0] + 2] for x in res]
+        if self.topk == 1:
+            refused = [x[S + 2:][a:] for x, a in zip(res, accs)]
+        else:
+            D = self.draft_tokens
+            refused = [self._refused_children(x[S + 2:S + 1 + D], x[S + 1 + D:S + 1 + 2 * D],
+                                              e[:-1]) for x, e in zip(res, emitted)]
+        self._account(rows, live, accs, emitted, verify_s, draft_s, max_new, on_step, refused)
+
+    @staticmethod
+    def _refused_children(tok: list[int], par: list[int], accepted: list[int]) -> list[int]:
+        """A greedy tree step's refused candidates, as SpecEngine keeps them: the children
+        of the last accepted node (verify order). The accepted path is walked again from
+        the root as `_tree_verify_fn` walks it (the first child holding the accepted
+        token); tok[i-1] is node i's token, par[i] its parent (node 0: the root)."""
+        cur = 0
+        for t in accepted:
+            cur = next(i for i in range(1, len(par)) if par[i] == cur and tok[i - 1] == t)
+        return [tok[i - 1] for i in range(1, len(par)) if par[i] == cur]
 
     def _plain_step(self, rows, sample, max_new, on_step) -> None:
         """One sampled token per row (temperature > 0; greedy plain decoding takes the
@@ -790,11 +818,14 @@ class BatchedEngine:
         cd, td = self.graphs.capture_s, time.perf_counter()
         # first uses of step shapes: their captures are left out
         self._account(rows, live, accs, emitted_rows, (tc - tb) - (cc - cb),
-                      (tb - ta) - (cb - ca) + (td - tc) - (cd - cc), max_new, on_step)
+                      (tb - ta) - (cb - ca) + (td - tc) - (cd - cc), max_new, on_step,
+                      [d[a:] for d, a in zip(drafted_host, accs)])
 
     def _account(self, rows, live, accs, emitted_rows, verify_s: float, draft_s: float,
-                 max_new: int, on_step) -> None:
-        """One verify step's counts, times and tokens into each row it ran for."""
+                 max_new: int, on_step, refused: list[list[int]]) -> None:
+        """One verify step's counts, times and tokens into each row it ran for; refused[b]:
+        row b's drafts the target refused (from the first refused on; a tree's: the
+        children of the last accepted node), kept as SpecEngine keeps `mismatches`."""
         for b, r in enumerate(rows):
             if not live[b]:
                 continue
@@ -803,6 +834,9 @@ class BatchedEngine:
             r.hist[acc] += 1
             r.verify_s += verify_s
             r.draft_s += draft_s
+            if refused[b] and len(r.out) + acc < max_new:
+                r.mismatches.append([len(r.out) + acc, [int(t) for t in refused[b]],
+                                     int(emitted_rows[b][-1])])
             self._emit(r, emitted_rows[b], acc, max_new, on_step)
             r.L += acc + 1
             r.x = emitted_rows[b][-1]

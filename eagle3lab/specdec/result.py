@@ -7,8 +7,8 @@ reference server and the SGLang log/metric readers so that numbers compare direc
   `spec_accept_histogram` form); len = num_draft_tokens + 1.
 - accept length tau = completion tokens / verify_ct, INCLUDING the target's bonus token,
   so the floor is 1.0.
-- mismatches (the eager engine only; None elsewhere): one `[position, drafts, target]` per
-  verify step that rejected a draft, where position indexes `output_ids` (the token the
+- mismatches (speculative decoding, eager and static engines alike; None for plain
+  decoding): one `[position, drafts, target]` per verify step that rejected a draft, where position indexes `output_ids` (the token the
   target emitted there is `target`), `drafts` the draft tokens from that position on (the
   first is the one the target refused; a tree's: the candidate children of the last
   accepted node). Kept so a weak prompt can show what the drafter proposed next to what

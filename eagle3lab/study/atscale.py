@@ -26,11 +26,11 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from eagle3lab.config import StrictConfig
+from eagle3lab.config import StrictConfig, repo_root
 from eagle3lab.data.regenerate import meta_path
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_path, atomic_write_json, read_json_object, sha256_file
@@ -51,6 +51,51 @@ _SET_BY_STUDY = {"data", "eval_data", "out", "data_fraction", "weight_decay", "s
                  "max_tokens", "max_steps", "eval_at_tokens", "resume", "online",
                  "conversations", "eval_conversations", "target", "eval_every",
                  "checkpoint_every", "keep_checkpoints", "states_cache"}
+
+
+class LongArms(StrictConfig):
+    """Runs far past the plateau: small data arms trained on many more tokens than the
+    equal-compute runs, at a CONSTANT learning rate after warmup. An equal-compute run's
+    cosine schedule ends at a learning rate near zero, so its last stretch flattens whatever
+    the data; a late drop in eval loss (grokking) can only be told from that on a run whose
+    rate does not decay."""
+
+    WHERE: ClassVar[str] = "at-scale study config, long"
+
+    data_tokens: list[int] = Field(min_length=1, description="unique answer tokens of each "
+                                   "long arm (prefixes of the same pool as the data arms)")
+    tokens_per_run: int = Field(gt=0, description="tokens each long run processes")
+    schedule: Literal["constant", "cosine", "linear"] = Field(
+        "constant", description="learning-rate schedule after warmup")
+    weight_decays: list[float] = Field(default_factory=lambda: [0.01, 0.1], min_length=1)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+
+
+class WeakArms(StrictConfig):
+    """The weak-spots experiment (issue 29) as arms of the study: a base prefix of the pool
+    plus `n` conversations picked from the `candidates` right after it, either the ones a
+    drafter (`ranker`) accepts least on (`rank_weak`) or `n` drawn at random; both at the
+    study's equal compute, `seeds` each."""
+
+    WHERE: ClassVar[str] = "at-scale study config, weak"
+
+    ranker: str = Field(description="the drafter whose per-prompt tau ranks the candidates "
+                        "(a directory; relative: from here, else from the checkout)")
+    base_tokens: int = Field(1_600_000, gt=0, description="unique answer tokens of the base "
+                             "prefix (the data of arm data-<base>)")
+    candidates: int = Field(3000, ge=1, description="pool conversations right after the base "
+                            "prefix that are ranked")
+    n: int = Field(1000, ge=1, description="conversations added to the base in each arm")
+    seeds: list[int] = Field(default_factory=lambda: [0, 1], min_length=1)
+    setting: str = Field("3,1,4", description="draft shape S,K,D the ranker decodes at")
+    max_new_tokens: int = Field(64, ge=1, description="new tokens per candidate when ranking")
+    selection_seed: int = Field(0, description="the random pick's seed")
+
+    def check(self, where: str) -> None:
+        parse_setting(self.setting, where=f"{where}: weak.setting")
+        if self.n > self.candidates:
+            raise UserError(f"{where}: weak.n {self.n} is more than weak.candidates "
+                            f"{self.candidates}: the arms pick n of the candidates.")
 
 
 class AtScaleConfig(StrictConfig):
@@ -81,6 +126,10 @@ class AtScaleConfig(StrictConfig):
         "`train` (e.g. speculators' eagle3 defaults)")
     recipe_tokens: list[int] = Field(default_factory=lambda: [1_600_000],
                                      description="data sizes the recipe arms run at")
+    long: LongArms | None = Field(None, description="arms trained far past their plateau at "
+                                  "a constant rate (None: none)")
+    weak: WeakArms | None = Field(None, description="weak-spots vs random arms on a base "
+                                  "prefix (None: none; `rank_weak` picks their data)")
     cache_max_tokens: int = Field(2_000_000, ge=0, description="arms with at most this many "
                                   "answer tokens keep their states on the GPU after the first "
                                   "epoch (TrainConfig.states_cache; ~4.6 KB a token in bf16)")
@@ -153,6 +202,9 @@ def build_pool(*, greedy: list[str], sampled: list[str] = (), out: str | os.Path
     import numpy as np
 
     d = Path(out) / "pool"
+    if missing := [str(p) for p in [*greedy, *sampled] if not Path(p).is_file()]:
+        raise UserError(f"conversations file(s) {', '.join(missing)} do not exist (on the "
+                        f"device: `bench/study_gpu.py unpack` rebuilds them from the packs).")
     inputs = {"greedy": [{"path": str(p), "sha256": sha256_file(p)} for p in greedy],
               "sampled": [{"path": str(p), "sha256": sha256_file(p)} for p in sampled],
               "shuffle_seed": shuffle_seed}
@@ -264,8 +316,9 @@ def _tok(n: int) -> str:
 def plan_arms(cfg: AtScaleConfig) -> list[dict[str, Any]]:
     """One entry per run, in the order they should run (the core comparison first: every
     data size at the first weight decay and seed; then the regeneration and recipe arms;
-    then the other seeds; then the other weight decays). Each: name, kind, the data spec
-    (pool file, unique tokens, pairing) and the TrainConfig overrides."""
+    then the weak-spots arms of every seed; then the other seeds; then the other weight
+    decays). Each: name, kind, the data spec (pool file, unique tokens, pairing; a weak
+    arm's `selection` and `added` conversations) and the TrainConfig overrides."""
     wd0, seed0 = cfg.weight_decays[0], cfg.seeds[0]
     runs: list[dict[str, Any]] = []
 
@@ -292,7 +345,26 @@ def plan_arms(cfg: AtScaleConfig) -> list[dict[str, Any]]:
                     add(f"recipe-{rname}-{_tok(t)}-s{seed}", "recipe", "greedy", t, wd, seed,
                         recipe=rname)
 
+    if cfg.long:
+        for seed in cfg.long.seeds:
+            for wd in cfg.long.weight_decays:
+                for t in cfg.long.data_tokens:
+                    add(f"long-{_tok(t)}-wd{wd:g}-s{seed}", "long", "greedy", t, wd, seed)
+                    runs[-1].update(tokens_per_run=cfg.long.tokens_per_run,
+                                    overrides={"schedule": cfg.long.schedule})
+
+    if cfg.weak:  # base prefix + n picked conversations (prepare_study: the selection's)
+        for seed in cfg.weak.seeds:
+            for pick in WEAK_PICKS:
+                add(f"{pick}-{_tok(cfg.weak.base_tokens)}+{cfg.weak.n}-s{seed}", "weak",
+                    "greedy", cfg.weak.base_tokens, wd0, seed)
+                runs[-1].update(selection=pick, added=cfg.weak.n)
+
     def priority(r):
+        if r["kind"] == "long":  # the longest runs: first among the seed-0 core's
+            return (False, r["seed"] != cfg.long.seeds[0], -1)
+        if r["kind"] == "weak":  # every seed: after the seed-0 core, before the other seeds
+            return (False, False, 3)
         return (r["weight_decay"] != wd0, r["seed"] != seed0,
                 {"data": 0, "regen": 1, "recipe": 2}[r["kind"]])
     runs.sort(key=priority)  # stable: sizes stay in order within a group
@@ -305,21 +377,30 @@ def recipe_settings(cfg: AtScaleConfig, recipe: str = "eagle3lab") -> dict[str, 
     return {**OUR_RECIPE, **cfg.train, **cfg.recipes.get(recipe, {})}
 
 
-def steps_per_run(cfg: AtScaleConfig, recipe: str = "eagle3lab") -> int:
-    """Optimizer steps of a run of `recipe` (estimated from full batches)."""
+def run_tokens(cfg: AtScaleConfig, arm: dict[str, Any] | None = None) -> int:
+    """Tokens a run processes: the study's equal compute, or a long arm's own."""
+    return (arm or {}).get("tokens_per_run") or cfg.tokens_per_run
+
+
+def steps_per_run(cfg: AtScaleConfig, recipe: str = "eagle3lab",
+                  tokens: int | None = None) -> int:
+    """Optimizer steps of a run of `recipe` over `tokens` (default: the equal compute),
+    estimated from full batches."""
     tpb = recipe_settings(cfg, recipe).get("max_tokens_per_batch", 2048)
-    return max(1, -(-cfg.tokens_per_run // tpb))
+    return max(1, -(-(tokens or cfg.tokens_per_run) // tpb))
 
 
 def train_kwargs(cfg: AtScaleConfig, arm: dict[str, Any], data_file: str) -> dict[str, Any]:
     """The run's TrainConfig fields: online on its data file, the study's equal compute
     (`max_tokens`), `evals_per_run` evaluations, and a checkpoint every 1/`CHECKPOINT_SLOTS`
     of the run (all kept: the live points pick the nearest by tokens)."""
-    steps = steps_per_run(cfg, arm["recipe"])
-    return {**recipe_settings(cfg, arm["recipe"]), "online": True, "conversations": data_file,
+    tokens = run_tokens(cfg, arm)
+    steps = steps_per_run(cfg, arm["recipe"], tokens)
+    return {**recipe_settings(cfg, arm["recipe"]), **arm.get("overrides", {}),
+            "online": True, "conversations": data_file,
             "eval_conversations": cfg.eval_conversations, "target": cfg.target,
             "out": str(Path(cfg.out) / "runs" / arm["name"]), "weight_decay": arm["weight_decay"],
-            "seed": arm["seed"], "epochs": 100_000, "max_tokens": cfg.tokens_per_run,
+            "seed": arm["seed"], "epochs": 100_000, "max_tokens": tokens,
             "eval_every": max(1, steps // cfg.evals_per_run),
             "checkpoint_every": max(1, steps // CHECKPOINT_SLOTS),
             # kept until the live points are decoded (then bench/study_gpu.py deletes them);
@@ -336,14 +417,25 @@ def prepare_study(cfg: AtScaleConfig) -> dict[str, Any]:
     """The pool, each arm's data file (OUT/data/NAME.jsonl; shared by arms of equal data)
     and study.json. Returns study.json's content."""
     out = Path(cfg.out)
+    if cfg.weak and not (out / WEAK_SELECTION).is_file():
+        raise UserError(f"The study config has a `weak` block but {out / WEAK_SELECTION} does "
+                        f"not exist: run `bench/study_gpu.py weak` (atscale.rank_weak) first; "
+                        f"it ranks the candidates and writes it.")
     pool = build_pool(greedy=cfg.greedy, sampled=cfg.sampled, out=out,
                       shuffle_seed=cfg.shuffle_seed)
+    selection = read_selection(cfg, pool) if cfg.weak else None
     arms = plan_arms(cfg)
     data_dir = out / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     made: dict[tuple, dict[str, Any]] = {}
     for arm in arms:
-        key = (arm["source"], arm["unique_tokens"], arm["pair"])
+        key = (arm["source"], arm["unique_tokens"], arm["pair"], arm.get("selection"))
+        if key not in made and arm.get("selection"):  # a weak arm: base + its pick
+            made[key] = write_selected(
+                out / "pool" / "greedy.jsonl",
+                data_dir / f"{arm['selection']}-{_tok(key[1])}+{arm['added']}.jsonl",
+                base_records=selection["base"]["records"],
+                ids=selection[f"{arm['selection']}_ids"], selection=selection)
         if key not in made:
             src = out / "pool" / f"{arm['source']}.jsonl"
             name = (f"{arm['source']}"
@@ -361,6 +453,8 @@ def prepare_study(cfg: AtScaleConfig) -> dict[str, Any]:
         arm["train"] = train_kwargs(cfg, arm, made[key]["path"])
     study = {"format": STUDY_FORMAT, "version": 1, "config": cfg.model_dump(), "pool": pool,
              "steps_per_run": steps_per_run(cfg), "arms": arms}
+    if selection is not None:
+        study["weak_selection"] = {"file": WEAK_SELECTION, "sha256": selection["sha256"]}
     atomic_write_json(out / "study.json", study)
     return study
 
@@ -375,6 +469,221 @@ def read_study(study_dir: str | os.PathLike) -> dict[str, Any]:
     if study.get("format") != STUDY_FORMAT:
         raise UserError(f"{p} is not an at-scale study ({study.get('format')!r}).")
     return study
+
+
+# --- the weak-spots arms ---------------------------------------------------------------------
+WEAK_FORMAT = "eagle3lab-study-weak-selection"
+#: The selection `rank_weak` writes into the study directory (`collect` copies it).
+WEAK_SELECTION = "weak-selection.json"
+#: The weak arms' two picks: the candidates the ranker accepts least on, and a seeded draw.
+WEAK_PICKS = ("weak", "random")
+
+
+def resolve_ranker(path: str | os.PathLike) -> Path:
+    """The ranker's directory: as given, else (relative and not found from here) the
+    checkout's (data/drafters/NAME)."""
+    p = Path(path)
+    if not p.is_absolute() and not p.exists():
+        p = repo_root() / p
+    if not (p / "config.json").is_file():
+        raise UserError(f"weak.ranker {str(path)!r}: no drafter at {p} (no config.json); give "
+                        f"a drafter directory such as data/drafters/smollm2-135m-instruct.")
+    return p
+
+
+def ranker_weights(ranker: Path) -> dict[str, str]:
+    """sha256 of each weights file of a drafter directory."""
+    files = sorted(ranker.glob("*.safetensors")) + sorted(ranker.glob("pytorch_model*.bin"))
+    if not files:
+        raise UserError(f"weak.ranker {ranker}: no weights (*.safetensors) in it.")
+    return {f.name: sha256_file(f) for f in files}
+
+
+def prefix_size(src: Path, tokens: int) -> tuple[int, int]:
+    """(records, answer tokens) of the plain prefix `write_prefix(src, ..., tokens)` writes:
+    the first records holding `tokens` unique answer tokens (0: all)."""
+    n = total = 0
+    for _, rec in _records(src):
+        if tokens and total >= tokens:
+            break
+        total += int(rec["response_tokens"])
+        n += 1
+    if tokens and total < tokens:
+        raise UserError(f"{src} holds only {total:,} answer tokens; the weak arms' base asks "
+                        f"for {tokens:,}.")
+    return n, total
+
+
+def _weak_key(cfg: AtScaleConfig, pool: dict[str, Any]) -> dict[str, Any]:
+    """What a selection must have been made for: the weak block and the pool's order."""
+    return {"weak": cfg.weak.model_dump(), "pool_sha256": pool["greedy"]["sha256"]}
+
+
+def per_prompt_counts(*, target: Any, draft: str | os.PathLike, setting: str, prompts: list,
+                      max_new_tokens: int, dtype: str = "bfloat16", device: str = "auto",
+                      batch_size: int = 128) -> list[dict[str, Any]]:
+    """Greedy speculative decoding of `prompts` (loaded `Prompt`s) by the static engine, as
+    `live_tau` decodes: one record per prompt with its raw counts, in the form
+    `measure.weakspots.rank_prompts` ranks (prompt = the id)."""
+    # lazy: the engine and the target load torch and transformers; planning needs neither
+    from eagle3lab.specdec.accept import prompt_ids  # lazy: as above
+    from eagle3lab.specdec.load import load_engine  # lazy: as above
+    from eagle3lab.targets.adapter import Target, load_target  # lazy: as above
+
+    tgt = target if isinstance(target, Target) else load_target(target, device=device,
+                                                                   dtype=dtype)
+    ctx = tgt.max_position_embeddings or 4096
+    plist = prompt_ids(tgt.tokenizer, prompts, None, max(16, ctx - max_new_tokens - 1))
+    steps, topk, dt = parse_setting(setting)
+    eng = load_engine(target=tgt, draft=str(draft), steps=steps, topk=topk, draft_tokens=dt,
+                      engine="static", batch_size=batch_size)
+    res = eng.generate_many([i for _, i in plist], max_new_tokens=max_new_tokens,
+                            temperature=0.0)
+    return [{"prompt": pid, "category": p.category, "prompt_tokens": len(ids),
+             "completion_tokens": r.completion_tokens, "verify_ct": r.verify_ct,
+             "accept_histogram": list(r.accept_histogram)}
+            for (pid, ids), p, r in zip(plist, prompts, res)]
+
+
+def _group_tau(rows: list[dict[str, Any]]) -> float | None:
+    """tau of a group of candidates as a ratio of sums: 1 + accepted / verify steps."""
+    steps = sum(r["verify_ct"] for r in rows)
+    acc = sum(k * c for r in rows for k, c in enumerate(r["accept_histogram"]))
+    return 1 + acc / steps if steps else None
+
+
+def rank_weak(cfg: AtScaleConfig, *, target: Any = None, device: str = "auto",
+              progress: bool = False) -> Path:
+    """The weak arms' data, picked: the `weak.candidates` pool conversations right after the
+    base prefix (disjoint from it, and so from every arm at or below the base size), their
+    prompts decoded by `weak.ranker` on the static engine at `weak.setting` (greedy,
+    `weak.max_new_tokens` new tokens), ranked by per-prompt tau
+    (`measure.weakspots.rank_prompts`); the `n` lowest are the weak pick, `n` drawn from
+    all candidates with `selection_seed` the random one (the two may share prompts: a
+    random draw that avoided the weak ones would be biased towards easy prompts). Writes
+    OUT/weak-selection.json atomically: the ranker (path, sha256 of its weights), the
+    setting, every candidate's id, raw counts and tau, both picks. Reused when it exists
+    for the same weak block, pool and ranker weights."""
+    if cfg.weak is None:
+        raise UserError("The study config has no `weak` block: there is nothing to rank "
+                        "(data/studies/h200-grok/config.json has one).")
+    w, out = cfg.weak, Path(cfg.out)
+    pool = build_pool(greedy=cfg.greedy, sampled=cfg.sampled, out=out,
+                      shuffle_seed=cfg.shuffle_seed)
+    ranker = resolve_ranker(w.ranker)
+    weights = ranker_weights(ranker)
+    dst = out / WEAK_SELECTION
+    if dst.is_file():
+        old = read_json_object(dst, what="weak-spots selection")
+        if (old.get("format") == WEAK_FORMAT
+                and {k: old.get(k) for k in ("weak", "pool_sha256")} == _weak_key(cfg, pool)
+                and (old.get("ranker") or {}).get("weights") == weights):
+            if progress:
+                print(f"weak: {dst} is already made for this config; not ranked again.")
+            return dst
+    src = out / "pool" / "greedy.jsonl"
+    base_n, base_tokens = prefix_size(src, w.base_tokens)
+    cands = []
+    for i, (_, rec) in enumerate(_records(src)):
+        if i >= base_n + w.candidates:
+            break
+        if i >= base_n:
+            cands.append(rec)
+    if len(cands) < w.candidates:
+        raise UserError(f"The pool holds {len(cands)} conversations after the "
+                        f"{_tok(w.base_tokens)} base prefix ({base_n} records); "
+                        f"weak.candidates asks for {w.candidates}.")
+    import time
+
+    import numpy as np
+
+    from eagle3lab.data.prompts import Prompt  # lazy: only the ranking stage decodes
+    from eagle3lab.measure.weakspots import rank_prompts  # lazy: pandas, measure's clients
+
+    t0 = time.perf_counter()
+    records = per_prompt_counts(
+        target=target if target is not None else cfg.target, draft=ranker,
+        setting=w.setting, max_new_tokens=w.max_new_tokens, dtype=cfg.live_dtype,
+        device=device, batch_size=cfg.live_batch_size,
+        prompts=[Prompt(id=str(r["id"]), prompt=r["prompt"], category=r.get("category"))
+                 for r in cands])
+    ranking = rank_prompts(records)
+    if len(ranking) < w.n:
+        raise UserError(f"Only {len(ranking)} of {len(cands)} candidates were verified at "
+                        f"least once (weak.n asks for {w.n}); raise weak.max_new_tokens.")
+    weak_ids = [str(x) for x in ranking["prompt"].head(w.n)]
+    drawn = sorted(np.random.default_rng(w.selection_seed).choice(len(cands), w.n,
+                                                                  replace=False))
+    random_ids = [str(cands[i]["id"]) for i in drawn]
+    tau = dict(zip(ranking["prompt"].astype(str), ranking["tau"].astype(float)))
+    rows = [{"id": str(c["id"]), "answer_tokens": int(c["response_tokens"]),
+             **{k: r[k] for k in ("category", "prompt_tokens", "completion_tokens",
+                                  "verify_ct", "accept_histogram")},
+             "tau": tau.get(str(c["id"]))} for c, r in zip(cands, records)]
+    by_id = {r["id"]: r for r in rows}
+    import torch
+
+    sel = {"format": WEAK_FORMAT, "version": 1, **_weak_key(cfg, pool),
+           "ranker": {"path": w.ranker, "weights": weights}, "setting": w.setting,
+           "max_new_tokens": w.max_new_tokens, "engine": "static", "dtype": cfg.live_dtype,
+           "device": (torch.cuda.get_device_name(0)
+                      if torch.cuda.is_available() and device != "cpu" else "cpu"),
+           "target": str(getattr(target, "path", None) or target or cfg.target),
+           "base": {"records": base_n, "tokens": base_tokens},
+           "tau": {"candidates": _group_tau(rows),
+                   "weak": _group_tau([by_id[i] for i in weak_ids]),
+                   "random": _group_tau([by_id[i] for i in random_ids])},
+           "weak_ids": weak_ids, "random_ids": random_ids,
+           "seconds": time.perf_counter() - t0, "candidates": rows}
+    atomic_write_json(dst, sel)
+    if progress:
+        t = sel["tau"]
+        print(f"weak: {len(cands)} candidates ranked by {w.ranker} at {w.setting} in "
+              f"{sel['seconds']:.0f} s: tau {t['candidates']:.3f} over all, "
+              f"{t['weak']:.3f} the weakest {w.n}, {t['random']:.3f} the random {w.n}.")
+    return dst
+
+
+def read_selection(cfg: AtScaleConfig, pool: dict[str, Any]) -> dict[str, Any]:
+    """OUT/weak-selection.json, checked to be made for this weak block and pool; its sha256
+    under "sha256"."""
+    p = Path(cfg.out) / WEAK_SELECTION
+    sel = read_json_object(p, what="weak-spots selection",
+                           fix="Delete it and run `bench/study_gpu.py weak` again.")
+    if sel.get("format") != WEAK_FORMAT or {
+            k: sel.get(k) for k in ("weak", "pool_sha256")} != _weak_key(cfg, pool):
+        raise UserError(f"{p} was made for another weak block or pool than this config's: "
+                        f"run `bench/study_gpu.py weak` (atscale.rank_weak) again; it ranks "
+                        f"anew.")
+    return {**sel, "sha256": sha256_file(p)}
+
+
+def write_selected(src: Path, dst: Path, *, base_records: int, ids: list[str],
+                   selection: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The first `base_records` records of `src` (the base prefix) and then the records
+    `ids` names (in the pool's order) -> dst, with src's meta file; the counts."""
+    want, n, total, added, added_tokens = set(ids), 0, 0, 0, 0
+    with atomic_path(dst) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for i, (line, rec) in enumerate(_records(src)):
+            if i >= base_records and added == len(want):
+                break
+            if i < base_records or str(rec["id"]) in want:
+                f.write(line)
+                n += 1
+                total += int(rec["response_tokens"])
+                if i >= base_records:
+                    added += 1
+                    added_tokens += int(rec["response_tokens"])
+    if added != len(want):
+        raise UserError(f"{src}: {len(want) - added} of the selection's ids are not after "
+                        f"the base prefix in the pool; rank again (`bench/study_gpu.py weak`).")
+    copy_meta(src, dst)
+    out = {"path": str(dst), "records": n, "tokens": total, "sha256": sha256_file(dst),
+           "base_records": base_records, "added_records": added,
+           "added_tokens": added_tokens}
+    if selection is not None:
+        out["selection_sha256"] = selection.get("sha256")
+    return out
 
 
 # --- live acceptance --------------------------------------------------------------------------
@@ -456,8 +765,10 @@ def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
     study = read_study(study_dir)
     cfg = study["config"]
     run_dir = Path(study_dir) / "runs" / name
+    arm = next((a for a in study["arms"] if a["name"] == name), None)
     pts = live_points(run_dir, fractions=cfg["live_points"],
-                      tokens_per_run=cfg["tokens_per_run"])
+                      tokens_per_run=(arm or {}).get("tokens_per_run")
+                      or cfg["tokens_per_run"])
     dst = run_dir / "live.json"
     want = {(p["path"], s) for p in pts for s in cfg["live_settings"]}
     if dst.is_file():
@@ -495,12 +806,14 @@ RUN_FILES = ("run.json", "metrics.jsonl", "live.json")
 
 def collect(study_dir: str | os.PathLike, dest: str | os.PathLike, *,
             winner: str | None = None) -> dict[str, Any]:
-    """Copy study.json (the plan, with the pool's counts and sha256s) and each run's
-    RUN_FILES to `dest` (what is committed under data/studies/), plus `winner`'s packed
-    drafter if named."""
+    """Copy study.json (the plan, with the pool's counts and sha256s), the weak arms'
+    selection when there is one, and each run's RUN_FILES to `dest` (what is committed
+    under data/studies/), plus `winner`'s packed drafter if named."""
     src, dest = Path(study_dir), Path(dest)
     (dest / "runs").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src / "study.json", dest / "study.json")
+    if (src / WEAK_SELECTION).is_file():  # the weak arms' pick (a later session reuses it)
+        shutil.copyfile(src / WEAK_SELECTION, dest / WEAK_SELECTION)
     copied = []
     for run in sorted((src / "runs").glob("*")):
         files = [f for f in RUN_FILES if (run / f).is_file()]

@@ -386,7 +386,7 @@ def final_values(results: AtScaleResults):
 
 
 def _order(df):
-    kinds = {"data": 0, "regen": 1, "recipe": 2}
+    kinds = {"data": 0, "regen": 1, "recipe": 2, "long": 4}
     return df.assign(_k=df["kind"].map(kinds).fillna(3)).sort_values(
         ["_k", "recipe", "weight_decay", "unique_tokens", "source", "pair"],
         kind="stable").drop(columns="_k").reset_index(drop=True)
@@ -403,6 +403,7 @@ def equal_compute_table(results: AtScaleResults):
     import pandas as pd
 
     fin = final_values(results)
+    fin = fin[fin["kind"] != "long"]  # their own compute: long_runs
     metrics = [*FINAL_METRICS] + [f"tau@{s}" for s in results.settings]
     planned = results.arms.groupby("arm")["run"].count()
     rows = []
@@ -426,6 +427,53 @@ def equal_compute_table(results: AtScaleResults):
             "seeds", "seeds_planned", "tokens"] + [
                 c for m in metrics for c in (m, f"{m}_min", f"{m}_max", f"{m}_n")]
     return _order(pd.DataFrame(rows, columns=cols))
+
+
+# --- far past the plateau ---------------------------------------------------------------------
+def long_runs(results: AtScaleResults):
+    """One row per finished long run (constant rate, its own token count): data size, weight
+    decay, tokens, where eval loss first plateaued and how far past it the run went, the
+    late-drop verdict, the final teacher-forced metrics and live tau. None when the study
+    plans no long arms."""
+    import pandas as pd
+
+    if not (results.arms["kind"] == "long").any():
+        return None
+    fin = final_values(results)
+    fin = fin[fin["kind"] == "long"]
+    p = results.plateaus
+    cols = ["run", "first_start", "first_level", "past_plateau", "late_drop",
+            "drop_relative", "drop_fraction"]
+    if len(fin) and len(p):
+        fin = fin.merge(p[cols], on="run", how="left")
+    else:
+        fin = fin.assign(**{c: None for c in cols[1:]})
+    return fin.sort_values(["weight_decay", "unique_tokens"]).reset_index(drop=True)
+
+
+def long_sentence(long) -> str:
+    """'Far past the plateau (constant rate): ...' from `long_runs`' rows."""
+    judged = long[long["first_start"].notna()]
+    parts = []
+    for _, r in long.iterrows():
+        head = f"{_short(float(r['unique_tokens']))} wd {r['weight_decay']:g}"
+        if _isna(r["first_start"]):
+            parts.append(f"{head}: never plateaued in {_short(float(r['tokens']))} tokens")
+            continue
+        drop = (f"a late drop of {r['drop_relative']:.1%} at {r['drop_fraction']:.0%} of the "
+                f"run" if r["late_drop"] else
+                f"no late drop (best later {r['drop_relative']:.1%} past it)")
+        parts.append(f"{head}: plateaued at {_short(float(r['first_start']))} tokens, trained "
+                     f"to {r['past_plateau']:.1f}x that, {drop}")
+    far = int((judged["past_plateau"] >= PAST_GOAL).sum()) if len(judged) else 0
+    return (f"Far past the plateau (constant rate, {far} of {len(long)} long run(s) at least "
+            f"{PAST_GOAL:g}x past it): " + "; ".join(parts) + ".")
+
+
+def _isna(v) -> bool:
+    import pandas as pd
+
+    return v is None or bool(pd.isna(v))
 
 
 # --- the verdict --------------------------------------------------------------------------
@@ -631,19 +679,130 @@ def verdict(results: AtScaleResults, *, setting: str = MAIN_SETTING,
             sentences.append(_arms_sentence(
                 f"Recipe at {_tok(g['unique_tokens'].iloc[0])}", [("eagle3lab", ours.iloc[0])]
                 + [(r["recipe"], r) for _, r in g.iterrows()], rmetric))
+    if (long := long_runs(results)) is not None and len(long):
+        sentences.append(long_sentence(long))
     p = results.plateaus
     if len(p):
         p = p[(p["status"] == "done") & p["past_plateau"].notna()]
         if len(p):
             short = p[p["past_plateau"] < PAST_GOAL]
+            decays = [a["name"] for a in results.study.get("arms") or []
+                      if (a.get("overrides") or {}).get("schedule", "cosine") != "constant"]
             sentences.append(
                 f"{len(p) - len(short)} of {len(p)} plateaued runs trained to at least "
                 f"{PAST_GOAL:g}x the tokens where their eval loss first plateaued"
-                + (f" (not: {', '.join(short['run'])})." if len(short) else "."))
+                + (f" (not: {', '.join(short['run'])})." if len(short) else ".")
+                + (" A run whose learning rate decays to zero flattens at its end whatever "
+                   "its data, so a plateau called in its last stretch is partly the "
+                   "schedule's." if set(short["run"]) & set(decays) else ""))
     out.update(text=text, sentences=sentences, more_data=float(more["unique_tokens"]),
                less_data=float(less["unique_tokens"]), more=main.a, less=main.b,
                gap=main.gap, seed_spread=main.spread, seeds=main.seeds,
                decisive=main.decisive, more_data_wins=bool(more_wins))
+    return out
+
+
+# --- weak spots vs random -------------------------------------------------------------------
+def _seed_stats(g, metrics: Sequence[str]) -> dict[str, Any]:
+    """Runs, seeds, mean unique answer tokens, and per metric the mean over seeds, min, max
+    and the seeds it has (`m`, `m_min`, `m_max`, `m_n`: `compare`'s form)."""
+    import pandas as pd
+
+    row: dict[str, Any] = {"runs": len(g), "seeds": sorted(int(s) for s in g["seed"]),
+                           "unique_tokens": float(g["unique_tokens"].mean()) if len(g)
+                           else None}
+    for m in metrics:
+        v = pd.to_numeric(g[m], errors="coerce").dropna() if m in g else pd.Series([])
+        row[m] = float(v.mean()) if len(v) else None
+        row[f"{m}_min"] = float(v.min()) if len(v) else None
+        row[f"{m}_max"] = float(v.max()) if len(v) else None
+        row[f"{m}_n"] = len(v)
+    return row
+
+
+def weak_vs_random(results: AtScaleResults, *, setting: str = MAIN_SETTING) -> dict[str, Any]:
+    """The weak-spots experiment (issue 29) read from the study's weak arms: the base prefix
+    plus the N candidates the ranker accepted least on, against the base plus N drawn at
+    random, at equal compute. `table`: one row per pick (weak, random) and the base alone
+    (the data arm of the base size at the first weight decay, the weak arms' seeds where it
+    has them): runs, seeds, unique answer tokens, and for live tau at each shape, eval
+    acc (position 0) and eval loss the mean over seeds with min, max and seeds measured.
+    `text`: one sentence, on live tau at `measured_setting` (else eval loss), the gap
+    against the seed spread (`compare`), the base beside, and eval loss; or one line saying
+    why there is nothing to compare. `selection`: the ranker's own tau on the candidates,
+    the weak and the random pick (weak-selection.json), when the study directory holds it."""
+    import pandas as pd
+
+    out: dict[str, Any] = {"table": None, "metric": None, "comparison": None, "loss": None,
+                           "decisive": None, "weak_better": None, "selection": None}
+    plan = [a for a in results.study.get("arms") or [] if a.get("kind") == "weak"]
+    if not plan:
+        out["text"] = ("No weak-spots arms in this study's plan (its config has no `weak` "
+                       "block): nothing to compare.")
+        return out
+    sel_file = results.study_dir / "weak-selection.json"
+    if sel_file.is_file():
+        try:
+            out["selection"] = json.loads(sel_file.read_text()).get("tau")
+        except (OSError, ValueError):
+            results.notes.append(f"{sel_file} is not readable JSON; its tau left out.")
+    cfg = results.study["config"]
+    weak_cfg = cfg.get("weak") or {}
+    pick = {a["name"]: a.get("selection") for a in plan}
+    base_tokens = weak_cfg.get("base_tokens") or plan[0].get("unique_tokens")
+    added = weak_cfg.get("n") or plan[0].get("added")
+    seeds = sorted({int(a["seed"]) for a in plan})
+    fin = final_values(results)
+    metrics = [f"tau@{s}" for s in results.settings] + ["eval_full_acc_0", "eval_loss_mean"]
+    groups = {p: fin[fin["run"].map(pick) == p] for p in ("weak", "random")}
+    base = fin[(fin["kind"] == "data") & (fin["recipe"] == "eagle3lab")
+               & (fin["weight_decay"] == cfg["weight_decays"][0])
+               & (fin["planned_tokens"] == base_tokens) & fin["seed"].isin(seeds)]
+    rows = [{"arm": "weak", **_seed_stats(groups["weak"], metrics)},
+            {"arm": "random", **_seed_stats(groups["random"], metrics)},
+            {"arm": f"base alone ({_short(float(base_tokens))})", **_seed_stats(base, metrics)}]
+    out["table"] = pd.DataFrame(rows)
+    title = (f"Weak spots vs random at equal compute ({_short(float(base_tokens))} unique "
+             f"answer tokens + {added:,} conversations each)")
+    planned = {p: sum(v == p for v in pick.values()) for p in ("weak", "random")}
+    if not len(groups["weak"]) or not len(groups["random"]):
+        out["text"] = (f"{title}: {len(groups['weak'])} of {planned['weak']} weak and "
+                       f"{len(groups['random'])} of {planned['random']} random runs finished; "
+                       f"nothing to compare yet.")
+        return out
+    w, r, b = rows
+    primary = _primary(results, setting)
+    c = compare(w, r, primary)
+    if c is None:  # a pick not decoded live yet: the teacher-forced loss
+        primary = "eval_loss_mean"
+        c = compare(w, r, primary)
+    if c is None:
+        out["text"] = f"{title}: no finished run of both picks has {primary} yet."
+        return out
+    better = _better(primary) * c.gap > 0
+    verb = "beat" if c.decisive else "came out ahead of"
+    if c.decisive is False or c.gap == 0:
+        head = "weak-spot and random prompts tie " + ("within seed noise" if c.gap
+                                                      else "exactly")
+    elif better:
+        head = f"the weak-spot prompts {verb} random ones"
+    else:
+        head = f"random prompts {verb} the weak-spot ones"
+    parts = [f"{_metric_name(primary)} weak {_fmt(primary, c.a)} vs random "
+             f"{_fmt(primary, c.b)} ({c.uncertainty()})"]
+    if b.get(primary) is not None:
+        parts.append(f"the base alone {_fmt(primary, b[primary])} over seed(s) "
+                     f"{', '.join(map(str, b['seeds']))} (weak {c.a - b[primary]:+.3g}, "
+                     f"random {c.b - b[primary]:+.3g})")
+    loss = compare(w, r, "eval_loss_mean") if primary != "eval_loss_mean" else None
+    if loss is not None:
+        parts.append(f"eval loss {_fmt('loss', loss.a)} vs {_fmt('loss', loss.b)} "
+                     f"({loss.uncertainty()})")
+    parts.append(f"unique answer tokens {_short(w['unique_tokens'])} vs "
+                 f"{_short(r['unique_tokens'])}")
+    out.update(text=f"{title}: {head}: {'; '.join(parts)}.", metric=_metric_name(primary),
+               comparison=c, loss=loss, decisive=c.decisive, weak_better=bool(better),
+               weak=c.a, random=c.b, gap=c.gap, seed_spread=c.spread, seeds=c.seeds)
     return out
 
 
@@ -893,7 +1052,9 @@ def plan_budget(results: AtScaleResults, *, goals: Sequence[float] = (3.0, 3.5),
         numbers[key] = n.estimate if n.reachable else "out of reach"
         numbers[key + "_range"] = [n.low, n.high]
     text = (f"Planner (live tau at {setting}): {fit.describe()} "
-            + " ".join(n.text for n in needs))
+            + " ".join(n.text for n in needs)
+            + f" Every point trained on {results.tokens_per_run:,} tokens: a ceiling of this "
+              f"compute, not of the data.")
     return {"fit": fit, "needs": needs, "setting": setting, "text": text, "numbers": numbers}
 
 

@@ -203,6 +203,12 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
     train_data.pad = cfg.pad_batches or cuda  # speculators compiles forward on CUDA
     if attn == FLEX:  # its BlockMask grows by whole blocks: every batch padded, eval too
         train_data.pad = eval_data.pad = True
+    if cuda:
+        # speculators compiles the draft forward; dynamo's recompile limit (8 a function)
+        # counts every run of the process, and past it flex runs UNcompiled, with the dense
+        # score matrix (45 GiB at 16k tokens: the OOM of bench/online.py's second kernel on
+        # the H200). Each run starts with dynamo's caches empty (inductor's disk cache stays).
+        torch._dynamo.reset()
     torch.manual_seed(cfg.seed)
     aux = shards.aux
     drafter = build_drafter(target_path=target_path, aux=aux, d2t=d2t, t2d=t2d,

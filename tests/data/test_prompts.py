@@ -57,7 +57,8 @@ def test_concat_jsonl_joins_parts_and_rewrites_only_on_change(tmp_path, tiny_tar
     b = write_conversations(tmp_path / "b.jsonl", tiny_target.tokenizer, n=2, seed=1)
     dst = tmp_path / "responses" / "train.jsonl"
     r = concat_jsonl([a, b], dst)
-    assert r == {"out": str(dst), "records": 5, "rewritten": True, "parts": [str(a), str(b)]}
+    assert r == {"out": str(dst), "records": 5, "rewritten": True, "parts": [str(a), str(b)],
+                 "meta": str(dst) + ".meta.json", "rendering": r["rendering"]}
     got = read_conversations(dst)
     assert got == read_conversations(a) + read_conversations(b)  # in order, whole records
 
@@ -88,6 +89,85 @@ def test_concat_jsonl_names_a_missing_part(tmp_path):
     with pytest.raises(UserError, match=r"missing part\(s\) .*nope\.jsonl"):
         concat_jsonl([tmp_path / "a.jsonl", tmp_path / "nope.jsonl"], tmp_path / "out.jsonl")
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def _regenerated(tmp_path, target, name, **kw):
+    """A real part: `regenerate` of two prompts of its own (ids distinct per part)."""
+    from eagle3lab.data.regenerate import regenerate
+
+    prompts = tmp_path / f"{name}-prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"{name}{i}", "prompt": t}) + "\n"
+                               for i, t in enumerate(["Say hello.", "Name a colour."])))
+    out = tmp_path / f"{name}.jsonl"
+    regenerate(target=target, prompts=prompts, out=out, max_new_tokens=3, batch_size=2,
+               progress=False, **kw)
+    return out
+
+
+def test_concat_jsonl_keeps_the_parts_common_rendering(tmp_path, tiny_target):
+    """Parts regenerated alike: the meta carries their record (what extract and online
+    training read back as the data's rendering), each part with its sha256, and the
+    target that answered them."""
+    from eagle3lab.data.prompts import concat_jsonl
+    from eagle3lab.data.regenerate import conversations_rendering, meta_path
+    from eagle3lab.data.rendering import Renderer, is_unknown
+    from eagle3lab.fsutil import sha256_file
+
+    a = _regenerated(tmp_path, tiny_target, "a")
+    b = _regenerated(tmp_path, tiny_target, "b")
+    dst = tmp_path / "train.jsonl"
+    r = concat_jsonl([a, b], dst)
+    part_meta = json.loads(meta_path(a).read_text())
+    assert not is_unknown(r["rendering"])
+    assert r["rendering"] == part_meta["rendering"] == Renderer(tiny_target.tokenizer).record()
+    assert conversations_rendering(dst) == r["rendering"]  # what extract records
+    meta = json.loads(meta_path(dst).read_text())
+    assert meta["kind"] == "eagle3lab-conversations" and meta["records"] == 4
+    assert [(p["path"], p["sha256"], p["records"]) for p in meta["concat"]] == [
+        (str(a), sha256_file(a), 2), (str(b), sha256_file(b), 2)]
+    assert meta["target"]["config_sha256"] == tiny_target.config_sha256
+    # online training's target check reads the concatenated file's meta like a part's
+    from eagle3lab.train.online import check_conversations_target
+
+    check_conversations_target(dst, tiny_target)
+
+
+def test_concat_jsonl_of_differing_renderings_is_unknown(tmp_path, tiny_target):
+    from eagle3lab.data.prompts import concat_jsonl
+    from eagle3lab.data.regenerate import conversations_rendering, meta_path
+    from eagle3lab.data.rendering import is_unknown
+
+    a = _regenerated(tmp_path, tiny_target, "a")
+    b = _regenerated(tmp_path, tiny_target, "b", system_prompt="")  # an empty system block
+    dst = tmp_path / "train.jsonl"
+    r = concat_jsonl([a, b], dst)
+    assert is_unknown(r["rendering"]) and is_unknown(conversations_rendering(dst))
+    assert "rendered differently" in r["rendering"]["why"]
+    why = r["rendering"]["why"]
+    assert "a.jsonl: " in why and "system prompt: empty" in why
+    parts = json.loads(meta_path(dst).read_text())["concat"]
+    assert [p["rendering"]["system_prompt"] for p in parts] == [None, ""]  # each part's own
+    # the same parts in one rendering again: the meta says so (rewritten with the data)
+    c = _regenerated(tmp_path, tiny_target, "c")
+    assert not is_unknown(concat_jsonl([a, c], dst)["rendering"])
+    assert not is_unknown(conversations_rendering(dst))
+
+
+def test_concat_jsonl_with_a_part_without_meta_is_unknown(tmp_path, tiny_target):
+    from eagle3lab.data.prompts import concat_jsonl
+    from eagle3lab.data.regenerate import meta_path
+    from eagle3lab.data.rendering import is_unknown
+    from testutil import write_conversations
+
+    a = _regenerated(tmp_path, tiny_target, "a")
+    b = write_conversations(tmp_path / "b.jsonl", tiny_target.tokenizer, n=2)  # no meta
+    r = concat_jsonl([a, b], tmp_path / "train.jsonl")
+    assert is_unknown(r["rendering"])
+    assert r["rendering"]["why"] == ("concatenated from parts of which b.jsonl records no "
+                                     "rendering")
+    meta = json.loads(meta_path(tmp_path / "train.jsonl").read_text())
+    assert "target" not in meta  # b names no target: none is claimed for the mix
+    assert meta["concat"][1]["rendering"]["why"].startswith("b.jsonl has no b.jsonl.meta.json")
 
 
 @pytest.mark.parametrize("limit", [0, -1, 2.5, True])

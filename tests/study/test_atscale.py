@@ -153,3 +153,35 @@ def test_committed_config_plans_and_its_recipe_is_speculators():
     assert rec == want
     assert warmup == round(0.01 * steps_per_run(cfg, "speculators"))
     assert SPECULATORS_EAGLE3_DEFAULTS["weight_decay"] == cfg.weight_decays[0]
+
+
+def test_long_arms_run_first_on_their_own_tokens_at_a_constant_rate(files, tmp_path):
+    """Long arms: small data trained far past the plateau at a constant learning rate, on
+    their own token count; planned before the equal-compute core, the rest unchanged."""
+    base = dict(out=str(tmp_path / "st"), target="t", greedy=files["greedy"],
+                eval_conversations=files["eval"], data_tokens=[60, 0], regen_tokens=None,
+                tokens_per_run=16384, weight_decays=[0.01, 0.1], seeds=[0],
+                train={"max_tokens_per_batch": 256})
+    plain = plan_arms(AtScaleConfig.from_dict(base))
+    cfg = AtScaleConfig.from_dict({**base, "long": {"data_tokens": [60], "tokens_per_run":
+                                                    65536, "weight_decays": [0.01, 0.1]}})
+    arms = plan_arms(cfg)
+    assert [a["name"] for a in arms[:2]] == ["long-0.06k-wd0.01-s0", "long-0.06k-wd0.1-s0"]
+    assert [a["name"] for a in arms[2:]] == [a["name"] for a in plain]
+    study = prepare_study(cfg)
+    runs = {a["name"]: a for a in study["arms"]}
+    long, data = runs["long-0.06k-wd0.1-s0"], runs["data-0.06k-wd0.1-s0"]
+    assert long["train"]["max_tokens"] == 65536 and long["train"]["schedule"] == "constant"
+    assert long["train"]["weight_decay"] == 0.1
+    assert data["train"]["max_tokens"] == 16384 and data["train"]["schedule"] == "cosine"
+    assert long["data"] == data["data"]  # the same prefix of the pool
+    # evaluations and checkpoints spread over the long run's own steps
+    assert long["train"]["eval_every"] == 4 * data["train"]["eval_every"]
+    with pytest.raises(UserError, match="schedule"):
+        AtScaleConfig.from_dict({**base, "long": {"data_tokens": [60], "tokens_per_run": 1,
+                                                  "schedule": "step"}})
+
+
+def test_a_missing_conversations_file_is_one_line(files, tmp_path):
+    with pytest.raises(UserError, match=r"g9\.jsonl do not exist .*unpack"):
+        build_pool(greedy=[*files["greedy"], str(tmp_path / "g9.jsonl")], out=tmp_path / "st")

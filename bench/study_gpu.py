@@ -263,7 +263,8 @@ def stage_plan(args) -> int:
     long = sum(a["kind"] == "long" for a in study["arms"])
     log(f"{len(study['arms']) - long} runs of {cfg.tokens_per_run:,} tokens "
         f"({study['steps_per_run']} steps)"
-        + (f" and {long} long runs of {cfg.long.tokens_per_run:,}" if long else "")
+        + (f" and {long} long runs of " + " / ".join(
+            f"{b.tokens_per_run:,}" for b in cfg.long) if long else "")
         + f"; pool {study['pool']['greedy']['tokens']:,} greedy "
         f"answer tokens, {study['pool']['sampled']['tokens']:,} sampled")
     if weak := [a for a in study["arms"] if a["kind"] == "weak"]:

@@ -126,8 +126,9 @@ class AtScaleConfig(StrictConfig):
         "`train` (e.g. speculators' eagle3 defaults)")
     recipe_tokens: list[int] = Field(default_factory=lambda: [1_600_000],
                                      description="data sizes the recipe arms run at")
-    long: LongArms | None = Field(None, description="arms trained far past their plateau at "
-                                  "a constant rate (None: none)")
+    long: list[LongArms] = Field(default_factory=list, description="arms trained on their own "
+                                 "token count: small data far past its plateau at a constant "
+                                 "rate, or an arm at more compute (each block its runs)")
     weak: WeakArms | None = Field(None, description="weak-spots vs random arms on a base "
                                   "prefix (None: none; `rank_weak` picks their data)")
     cache_max_tokens: int = Field(2_000_000, ge=0, description="arms with at most this many "
@@ -345,13 +346,18 @@ def plan_arms(cfg: AtScaleConfig) -> list[dict[str, Any]]:
                     add(f"recipe-{rname}-{_tok(t)}-s{seed}", "recipe", "greedy", t, wd, seed,
                         recipe=rname)
 
-    if cfg.long:
-        for seed in cfg.long.seeds:
-            for wd in cfg.long.weight_decays:
-                for t in cfg.long.data_tokens:
-                    add(f"long-{_tok(t)}-wd{wd:g}-s{seed}", "long", "greedy", t, wd, seed)
-                    runs[-1].update(tokens_per_run=cfg.long.tokens_per_run,
-                                    overrides={"schedule": cfg.long.schedule})
+    for block in cfg.long:
+        for seed in block.seeds:
+            for wd in block.weight_decays:
+                for t in block.data_tokens:
+                    add(f"long-{_tok(t)}-{_tok(block.tokens_per_run)}-wd{wd:g}-s{seed}",
+                        "long", "greedy", t, wd, seed)
+                    runs[-1].update(tokens_per_run=block.tokens_per_run,
+                                    overrides={"schedule": block.schedule})
+    if len(names := [r["name"] for r in runs]) != len(set(names)):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise UserError(f"at-scale study config: the long blocks plan {', '.join(dup)} more "
+                        f"than once (same data, tokens, weight decay and seed).")
 
     if cfg.weak:  # base prefix + n picked conversations (prepare_study: the selection's)
         for seed in cfg.weak.seeds:
@@ -361,8 +367,8 @@ def plan_arms(cfg: AtScaleConfig) -> list[dict[str, Any]]:
                 runs[-1].update(selection=pick, added=cfg.weak.n)
 
     def priority(r):
-        if r["kind"] == "long":  # the longest runs: first among the seed-0 core's
-            return (False, r["seed"] != cfg.long.seeds[0], -1)
+        if r["kind"] == "long":  # the longest runs: first
+            return (False, False, -1)
         if r["kind"] == "weak":  # every seed: after the seed-0 core, before the other seeds
             return (False, False, 3)
         return (r["weight_decay"] != wd0, r["seed"] != seed0,

@@ -448,7 +448,11 @@ def long_runs(results: AtScaleResults):
         fin = fin.merge(p[cols], on="run", how="left")
     else:
         fin = fin.assign(**{c: None for c in cols[1:]})
-    return fin.sort_values(["weight_decay", "unique_tokens"]).reset_index(drop=True)
+    sched = {a["name"]: (a.get("overrides") or {}).get("schedule", "cosine")
+             for a in results.study.get("arms") or []}
+    fin = fin.assign(schedule=[sched.get(r, "cosine") for r in fin["run"]])
+    return fin.sort_values(["schedule", "weight_decay", "unique_tokens"],
+                           ascending=[False, True, True]).reset_index(drop=True)
 
 
 def long_sentence(long) -> str:
@@ -456,7 +460,8 @@ def long_sentence(long) -> str:
     judged = long[long["first_start"].notna()]
     parts = []
     for _, r in long.iterrows():
-        head = f"{_short(float(r['unique_tokens']))} wd {r['weight_decay']:g}"
+        head = (f"{_short(float(r['unique_tokens']))} wd {r['weight_decay']:g}"
+                + ("" if r["schedule"] == "constant" else f" ({r['schedule']} rate)"))
         if _isna(r["first_start"]):
             parts.append(f"{head}: never plateaued in {_short(float(r['tokens']))} tokens")
             continue
@@ -466,8 +471,8 @@ def long_sentence(long) -> str:
         parts.append(f"{head}: plateaued at {_short(float(r['first_start']))} tokens, trained "
                      f"to {r['past_plateau']:.1f}x that, {drop}")
     far = int((judged["past_plateau"] >= PAST_GOAL).sum()) if len(judged) else 0
-    return (f"Far past the plateau (constant rate, {far} of {len(long)} long run(s) at least "
-            f"{PAST_GOAL:g}x past it): " + "; ".join(parts) + ".")
+    return (f"Far past the plateau ({far} of {len(long)} long run(s) at least "
+            f"{PAST_GOAL:g}x past it; constant rate unless said): " + "; ".join(parts) + ".")
 
 
 def _isna(v) -> bool:

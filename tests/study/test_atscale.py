@@ -163,23 +163,32 @@ def test_long_arms_run_first_on_their_own_tokens_at_a_constant_rate(files, tmp_p
                 tokens_per_run=16384, weight_decays=[0.01, 0.1], seeds=[0],
                 train={"max_tokens_per_batch": 256})
     plain = plan_arms(AtScaleConfig.from_dict(base))
-    cfg = AtScaleConfig.from_dict({**base, "long": {"data_tokens": [60], "tokens_per_run":
-                                                    65536, "weight_decays": [0.01, 0.1]}})
+    cfg = AtScaleConfig.from_dict({**base, "long": [
+        {"data_tokens": [60], "tokens_per_run": 65536, "weight_decays": [0.01, 0.1]},
+        {"data_tokens": [0], "tokens_per_run": 32768, "schedule": "cosine",
+         "weight_decays": [0.01]}]})
     arms = plan_arms(cfg)
-    assert [a["name"] for a in arms[:2]] == ["long-0.06k-wd0.01-s0", "long-0.06k-wd0.1-s0"]
-    assert [a["name"] for a in arms[2:]] == [a["name"] for a in plain]
+    assert [a["name"] for a in arms[:3]] == ["long-0.06k-65.536k-wd0.01-s0",
+                                             "long-0.06k-65.536k-wd0.1-s0",
+                                             "long-all-32.768k-wd0.01-s0"]
+    assert [a["name"] for a in arms[3:]] == [a["name"] for a in plain]
     study = prepare_study(cfg)
     runs = {a["name"]: a for a in study["arms"]}
-    long, data = runs["long-0.06k-wd0.1-s0"], runs["data-0.06k-wd0.1-s0"]
+    long, data = runs["long-0.06k-65.536k-wd0.1-s0"], runs["data-0.06k-wd0.1-s0"]
     assert long["train"]["max_tokens"] == 65536 and long["train"]["schedule"] == "constant"
     assert long["train"]["weight_decay"] == 0.1
     assert data["train"]["max_tokens"] == 16384 and data["train"]["schedule"] == "cosine"
     assert long["data"] == data["data"]  # the same prefix of the pool
     # evaluations and checkpoints spread over the long run's own steps
     assert long["train"]["eval_every"] == 4 * data["train"]["eval_every"]
+    more = runs["long-all-32.768k-wd0.01-s0"]["train"]
+    assert more["max_tokens"] == 32768 and more["schedule"] == "cosine"
     with pytest.raises(UserError, match="schedule"):
-        AtScaleConfig.from_dict({**base, "long": {"data_tokens": [60], "tokens_per_run": 1,
-                                                  "schedule": "step"}})
+        AtScaleConfig.from_dict({**base, "long": [{"data_tokens": [60], "tokens_per_run": 1,
+                                                   "schedule": "step"}]})
+    twice = {"data_tokens": [60], "tokens_per_run": 99, "weight_decays": [0.01]}
+    with pytest.raises(UserError, match="long-0.06k-0.099k-wd0.01-s0 more than once"):
+        plan_arms(AtScaleConfig.from_dict({**base, "long": [twice, twice]}))
 
 
 def test_a_missing_conversations_file_is_one_line(files, tmp_path):

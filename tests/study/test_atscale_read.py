@@ -512,7 +512,7 @@ def test_long_runs_are_read_apart_from_equal_compute(tmp_path):
         out=str(root), target="t", greedy=["g.jsonl"], eval_conversations="e.jsonl",
         data_tokens=[100, 1600], weight_decays=[0.01], seeds=[0], regen_tokens=None,
         tokens_per_run=10_000, live_settings=["5,1,6"],
-        long={"data_tokens": [100], "tokens_per_run": 50_000, "weight_decays": [0.01, 0.1]}))
+        long=[{"data_tokens": [100], "tokens_per_run": 50_000, "weight_decays": [0.01, 0.1]}]))
     arms = plan_arms(cfg)
     for a in arms:
         a["data"] = {"path": "d", "records": 1, "tokens": a["unique_tokens"], "sha256": "0"}
@@ -524,16 +524,16 @@ def test_long_runs_are_read_apart_from_equal_compute(tmp_path):
         tokens = a.get("tokens_per_run", 10_000)
         _write_run(root / "runs" / a["name"], loss=6.0 if "100" in a["name"] else 5.0,
                    tau={"5,1,6": 1.5}, tokens=tokens, settings=["5,1,6"],
-                   drop_late=a["name"] == "long-0.1k-wd0.1-s0")
+                   drop_late=a["name"] == "long-0.1k-50k-wd0.1-s0")
     res = load_results(root)
     assert set(equal_compute_table(res)["kind"]) == {"data"}
     long = long_runs(res)
-    assert list(long["run"]) == ["long-0.1k-wd0.01-s0", "long-0.1k-wd0.1-s0"]
+    assert list(long["run"]) == ["long-0.1k-50k-wd0.01-s0", "long-0.1k-50k-wd0.1-s0"]
     assert list(long["tokens"]) == [50_000, 50_000]
     assert (long["past_plateau"] > 4).all()
     assert list(long["late_drop"]) == [False, True]
     s = [x for x in verdict(res)["sentences"] if x.startswith("Far past the plateau")]
-    assert len(s) == 1 and "2 of 2 long run(s) at least 4x past it" in s[0]
+    assert len(s) == 1 and "2 of 2 long run(s) at least 4x past it; constant rate" in s[0]
     assert "100 wd 0.1: plateaued at" in s[0] and "a late drop of" in s[0]
     assert "100 wd 0.01: plateaued at" in s[0] and "no late drop" in s[0]
     # a study without long arms has no such table

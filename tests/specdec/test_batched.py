@@ -3,6 +3,8 @@ accept histograms, per request, at batch 1 and with ragged rows in a batch (chai
 greedy and rejection sampling, plain), on a CPU in fp32 (where its forwards run eagerly);
 on a GPU the same with CUDA graphs (the device tool runs those tests)."""
 
+from collections import Counter
+
 import pytest
 import torch
 
@@ -203,3 +205,90 @@ def test_graph_captures_are_left_out_of_the_timings(tiny_target, tiny_draft, tem
     for r in res:  # each row saw captures while it decoded; none is in its timings
         assert 0 < r.decode_s < hour and 0 <= r.verify_s and 0 <= r.draft_s
         assert r.verify_s + r.draft_s < hour
+
+
+@pytest.fixture(scope="module")
+def coin_pair(tmp_path_factory, tiny_target_dir):
+    """(target dir, drafter dir): a drafter whose head is zero, so that its chains are
+    its draft id 0, T, every time; and the tiny target with its head row of T reading one
+    coordinate of its final state, so that it says T at some positions and not at
+    others: accepted runs of T, refusals, and T as a stop token inside accepted drafts."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    root = tmp_path_factory.mktemp("coin")
+    draft = make_speculators_draft(root / "draft", target=tiny_target_dir, draft_vocab=512)
+    w = load_file(str(draft / "model.safetensors"))
+    T = int(w["d2t"][0])
+    w["lm_head.weight"].zero_()
+    save_file(w, str(draft / "model.safetensors"), metadata={"format": "pt"})
+    model = AutoModelForCausalLM.from_pretrained(tiny_target_dir)
+    model.config.tie_word_embeddings = False  # T's embedding as it was
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    with torch.no_grad():
+        model.lm_head.weight[T] = 0.0
+        model.lm_head.weight[T, 0] = 5.0
+    target = root / "target"
+    model.save_pretrained(target)
+    for f in tiny_target_dir.iterdir():
+        if f.suffix != ".safetensors" and not (target / f.name).exists():
+            shutil.copy(f, target / f.name)
+    return target, draft, T
+
+
+def test_batch_accounting_with_stops_inside_accepted_drafts(coin_pair):
+    """The pipelined path accounts the whole batch at once from one copy per step
+    (`_HostRows`): a stop token among a step's accepted drafts or the token limit cuts
+    that row there while the others go on; rows finish at different steps and are
+    refilled. Outputs, finish reasons, counts and rejected drafts equal the eager
+    engine's, at a batch larger than the tiny tests' and with every row refilled."""
+    from eagle3lab.targets.adapter import load_target
+
+    tdir, draft, T = coin_pair
+    tgt = load_target(str(tdir), device="cpu")
+    prompts = _prompts(tgt, 12)
+    eager = load_engine(target=tgt, draft=str(draft), steps=3)
+    cuts = []  # steps whose accepted drafts a stop or the limit cut short
+    counts, reasons = Counter(), Counter()  # verify steps per request, finish reasons
+
+    def cut(tokens, acc):
+        cuts.append(acc is not None and len(tokens) < acc + 1)
+
+    for stops, max_new in (({T}, 24), (set(), 9)):
+        old = [eager.generate(p, max_new_tokens=max_new, stop_token_ids=stops, on_step=cut)
+               for p in prompts]
+        assert any(cuts) and len({r.verify_ct for r in old}) > 1
+        counts.update(r.verify_ct for r in old)
+        cuts.clear()
+        for batch in (5, 8):
+            new = load_engine(target=tgt, draft=str(draft), steps=3, engine="static",
+                              batch_size=batch).generate_many(
+                prompts, max_new_tokens=max_new, stop_token_ids=stops)
+            _same(old, new)
+        reasons.update(r.finish_reason for r in old)
+    assert len(counts) > 4 and set(reasons) == {"stop", "length"}
+
+
+def test_on_step_streams_as_the_eager_engine(coin_pair, tiny_draft):
+    """One request streamed (the reference server's `on_step`): the static engine calls
+    it with the same tokens and accepted counts, step by step, as the eager engine, a stop
+    token cutting a step's accepted drafts included (plain, chain; a tree with the random
+    drafter, whose candidates never tie)."""
+    from eagle3lab.targets.adapter import load_target
+
+    tdir, draft, T = coin_pair
+    tgt = load_target(str(tdir), device="cpu")
+    for kw in ({}, dict(draft=str(draft), steps=3),
+               dict(draft=str(tiny_draft), steps=3, topk=2, draft_tokens=5)):
+        for p in _prompts(tgt, 3):
+            calls = {}
+            for engine in ("eager", "static"):
+                got = []
+                res = load_engine(target=tgt, engine=engine, **kw).generate(
+                    p, max_new_tokens=12, stop_token_ids={T},
+                    on_step=lambda tokens, acc: got.append((list(tokens), acc)))
+                assert [t for tokens, _ in got for t in tokens] == res.output_ids
+                calls[engine] = got
+            assert calls["static"] == calls["eager"]

@@ -88,3 +88,44 @@ def test_weak_spots_drafts_from_the_static_engine(tiny_target, half_right):
     assert [p["mismatches_shown"] for p in static] == [p["mismatches_shown"] for p in eager]
     assert any(p["mismatches_shown"] for p in static)
 
+
+
+@pytest.mark.parametrize("steps,topk,draft_tokens", [(3, 1, None), (3, 2, 5)])
+def test_limits_inside_accepted_drafts_equal_eager(tiny_target, half_right, steps,
+                                                   topk, draft_tokens):
+    """The pipelined path accounts a whole batch at once (`_HostRows`): the token limit
+    met inside a step's accepted drafts cuts that row there, the rest of the batch goes
+    on, rows finish at different steps and are refilled; outputs, finish reasons, counts
+    and rejected drafts as the eager engine's, one prompt at a time. (The tiny target
+    repeats one token, so a stop on the accepted draft stops at the first token: stops
+    inside accepted drafts are tests/specdec/test_batched.py's.)"""
+    from eagle3lab.specdec.load import load_engine
+
+    prompts = [ids for _, ids in prompt_ids(tiny_target.tokenizer, "eval", 9, 1000)]
+    shape = dict(steps=steps, topk=topk, draft_tokens=draft_tokens)
+    eager = load_engine(target=tiny_target, draft=str(half_right), **shape)
+    accepted = Counter()  # the drafts the target accepted, over every step
+
+    def seen(tokens, acc):
+        accepted.update(tokens[:acc or 0])
+
+    for p in prompts:
+        eager.generate(p, max_new_tokens=20, on_step=seen)
+    cuts = []  # steps whose accepted drafts the limit cut short
+
+    def cut(tokens, acc):
+        cuts.append(acc is not None and len(tokens) < acc + 1)
+
+    # limits of 2, 7 and 20 tokens; the accepted draft as a stop token (the tiny target
+    # repeats one token: answers end at their first)
+    for max_new, stop in ((2, None), (7, None), (20, None), (20, {accepted.most_common(1)[0][0]})):
+        old = [eager.generate(p, max_new_tokens=max_new, stop_token_ids=stop, on_step=cut)
+               for p in prompts]
+        for batch in (4, 9):
+            static = load_engine(target=tiny_target, draft=str(half_right), **shape,
+                                 engine="static", batch_size=batch)
+            new = static.generate_many(prompts, max_new_tokens=max_new, stop_token_ids=stop)
+            for f in ("output_ids", "finish_reason", "verify_ct", "accept_histogram",
+                      "mismatches"):
+                assert [getattr(r, f) for r in new] == [getattr(r, f) for r in old], f
+    assert any(cuts)

@@ -1,0 +1,34 @@
+"""bench/static_host.py at its smallest on the CPU: one JSON line per batch size and shape
+with the host's and the forwards' ms per verify step (both positive, the tokens those
+steps made), then cProfile's table; a bad batch size is one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "static_host.py"
+
+
+def test_tiny_run_reports_host_and_forward_time_per_step():
+    r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--batch-sizes", "2", "4",
+                        "--settings", "3,1,4", "--max-new-tokens", "8", "--repeats", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert [(x["shape"], x["batch"]) for x in rows] == [("3,1,4", 2), ("3,1,4", 4)]
+    for x in rows:
+        assert x["steps"] > 0 and x["host_ms_per_step"] > 0 and x["forward_ms_per_step"] > 0
+        assert 0 < x["tokens"] <= 8 * x["batch"] and 1.0 <= x["tau"] <= 4.0
+    assert "Ordered by: cumulative time" in r.stdout
+
+
+def test_bad_batch_size_is_one_line():
+    r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--batch-sizes", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "bench/static_host.py: error: batch size (--batch-size) must be a whole number of "
+        "at least 1, got 0."]

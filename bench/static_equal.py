@@ -5,7 +5,9 @@ CUDA graphs).
 Prevents a live measurement (the study's `live_tau`, `accept --engine static`) from resting
 on an engine whose captured steps drift from the eager reference: in fp32 both must give
 the same output ids, accept histograms, verify steps, finish reasons and rejected drafts
-(`mismatches`), prompt by prompt, at every draft shape asked, greedy and sampled.
+(`mismatches`), prompt by prompt, at every draft shape asked, greedy and sampled; and so
+must an engine whose graphs were captured with other drafter weights after the drafter is
+copied back in (`swap_drafter`, how the study's live decodes reuse one engine per shape).
 
     python3 -P bench/static_equal.py --device cuda --target /root/e3l/target \
         [--draft DIR] [--limit 8] [--max-new-tokens 64] [--batch-size 4] \
@@ -37,6 +39,15 @@ def first_difference(old, new) -> str | None:
     return None if len(old) == len(new) else f"{len(new)} results for {len(old)} prompts"
 
 
+def _report(label: str, old, new) -> int:
+    """Print 'LABEL: equal k/n' (and the first difference); 1 when any differs."""
+    diff = first_difference(old, new)
+    same = sum(all(getattr(a, f) == getattr(b, f) for f in FIELDS) for a, b in zip(old, new))
+    print(f"{label}: equal {same}/{len(old)}" + (f"; first: {diff}" if diff else ""),
+          flush=True)
+    return int(diff is not None)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -48,12 +59,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=4, help="rows in flight (static)")
     ap.add_argument("--settings", nargs="+", default=["3,1,4", "5,1,6", "4,4,12"])
     ap.add_argument("--temperature", nargs="+", type=float, default=[0.0, 0.9])
+    ap.add_argument("--no-swap", dest="swap", action="store_false",
+                    help="skip the swap check (graphs captured with other drafter weights, "
+                         "the drafter copied back in by swap_drafter)")
     return _run(ap.parse_args(argv))
 
 
 def _run(args) -> int:
     from eagle3lab.specdec.accept import prompt_ids
-    from eagle3lab.specdec.load import load_engine
+    import torch
+
+    from eagle3lab.specdec.load import load_drafter, load_engine
     from eagle3lab.study.atscale import parse_setting
     from eagle3lab.targets.adapter import load_target
     from eagle3lab.workdir import default_drafter
@@ -76,14 +92,21 @@ def _run(args) -> int:
                                  draft_tokens=d, engine="static", batch_size=args.batch_size)
             new = static.generate_many(prompts, max_new_tokens=args.max_new_tokens,
                                        temperature=temp, seeds=list(range(len(prompts))))
-            diff = first_difference(old, new)
             graphs = getattr(getattr(static, "graphs", None), "enabled", False)
-            same = sum(all(getattr(a, f) == getattr(b, f) for f in FIELDS)
-                       for a, b in zip(old, new))
-            print(f"{s} temperature {temp:g} (graphs {'on' if graphs else 'off'}): "
-                  f"equal {same}/{len(prompts)}" + (f"; first: {diff}" if diff else ""),
-                  flush=True)
-            bad += diff is not None
+            bad += _report(f"{s} temperature {temp:g} (graphs {'on' if graphs else 'off'})",
+                           old, new)
+            if args.swap:
+                # the graphs captured with halved drafter weights, then the drafter copied
+                # back in (swap_drafter, as the study's live_tau does): eager's outputs again
+                with torch.no_grad():
+                    for t in static.drafter.model.parameters():
+                        t.mul_(0.5)
+                static.generate_many(prompts, max_new_tokens=args.max_new_tokens,
+                                     temperature=temp, seeds=list(range(len(prompts))))
+                static.swap_drafter(*load_drafter(draft, target=tgt))
+                new = static.generate_many(prompts, max_new_tokens=args.max_new_tokens,
+                                           temperature=temp, seeds=list(range(len(prompts))))
+                bad += _report(f"{s} temperature {temp:g} swapped back", old, new)
     return 1 if bad else 0
 
 

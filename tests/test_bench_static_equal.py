@@ -32,8 +32,11 @@ def test_engines_agree_on_the_tiny_target(tiny_target_dir, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [x for x in r.stdout.splitlines() if x[:1].isdigit()]
     assert lines == ["3,1,4 temperature 0 (graphs off): equal 3/3",
+                     "3,1,4 temperature 0 swapped back: equal 3/3",
                      "3,1,4 temperature 0.9 (graphs off): equal 3/3",
+                     "3,1,4 temperature 0.9 swapped back: equal 3/3",
                      "2,3,6 temperature 0 (graphs off): equal 3/3",
+                     "2,3,6 temperature 0 swapped back: equal 3/3",
                      "2,3,6 temperature 0.9: skipped (a tree is verified greedily only)"]
 
 

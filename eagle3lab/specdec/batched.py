@@ -127,6 +127,41 @@ class BatchedEngine:
         self._tril: dict[Any, Any] = {}  # masks built once: tril(n), chain windows
         self._torch = torch
 
+    def swap_problem(self, drafter, capture_points: list[int] | None = None) -> str | None:
+        """Why `swap_drafter` cannot take `drafter`, or None."""
+        if self.drafter is None:
+            return "this engine decodes without a drafter"
+        points = capture_points or list(self.target.aux_layers().capture_points)
+        if list(points) != list(self.aux.capture_points):
+            return (f"its capture points {list(points)} differ from this engine's "
+                    f"{list(self.aux.capture_points)}")
+        old, new = self.drafter.model.state_dict(), drafter.model.state_dict()
+        if diff := sorted(set(old) ^ set(new)):
+            return f"its weights differ in name ({', '.join(diff[:3])})"
+        if bad := [k for k in old if (old[k].shape, old[k].dtype) != (new[k].shape,
+                                                                      new[k].dtype)]:
+            return f"its weights differ in shape or dtype ({', '.join(bad[:3])})"
+        if drafter.hot_ids.shape != self.hot.shape:
+            return "its vocabulary map differs in size"
+        return None
+
+    def swap_drafter(self, drafter, capture_points: list[int] | None = None) -> None:
+        """Decode with `drafter` from now on, keeping this engine's caches and captured CUDA
+        graphs: its weights and vocabulary map are copied INTO the tensors the graphs read
+        (a new model object would leave the graphs reading the old one). It must have the
+        same architecture and capture points (`swap_problem` says why not: a UserError)."""
+        if why := self.swap_problem(drafter, capture_points):
+            raise UserError(f"The static engine cannot swap in this drafter: {why}; load an "
+                            f"engine for it (load_engine).")
+        torch = self._torch
+        new = drafter.model.state_dict()
+        with torch.no_grad():
+            for k, v in self.drafter.model.state_dict().items():
+                v.copy_(new[k])
+            self.hot.copy_(drafter.hot_ids.to(self.hot.device))
+            if self.drafter.hot_ids is not self.hot:
+                self.drafter.hot_ids.copy_(drafter.hot_ids.to(self.drafter.hot_ids.device))
+
     @property
     def num_draft_tokens(self) -> int:
         return self.draft_tokens - 1 if self.drafter is not None else 0

@@ -83,7 +83,7 @@ def load_engine(*, target: Any = "smollm2-135m-instruct",
     # lazy: a test patches eagle3lab.targets.adapter.load_target
     from eagle3lab.targets.adapter import Target, load_target
 
-    opened = check_draft(draft) if draft is not None else None
+    opened = check_draft(draft) if draft is not None else None  # a bad path: before the target
     tgt = target if isinstance(target, Target) else load_target(target, device=device,
                                                                    dtype=dtype)
     engine_kind = resolve_engine(engine, tgt)
@@ -93,27 +93,42 @@ def load_engine(*, target: Any = "smollm2-135m-instruct",
                                  compile=compile)
         return PlainEngine(tgt)
     try:
-        engine, misfit = fit_errors(opened, target=tgt.path)
-        if misfit:
-            raise UserError(
-                f"The drafter {opened.path} does not fit the target {tgt.name}; refused before "
-                f"decoding. " + " ".join(f"[{f.code}] {f.message}" for f in misfit)
-                + f" (run `eagle3lab inspect {opened.path} --target {tgt.path}` for the full "
-                f"report).")
-        state = emulate(opened, load_as or engine, target=tgt.path, seed=seed)
+        drafter, points = load_drafter(opened, target=tgt, load_as=load_as, seed=seed)
     finally:
         if owned(draft, opened):
             opened.close()
-    model = build_model(state).to(tgt.device, tgt.dtype)
-    drafter = Drafter(model)
-    if state.hot_token_ids is not None:
-        drafter.hot_ids = state.hot_token_ids.to(tgt.device)
     if engine_kind == "static":
-        return BatchedEngine(tgt, drafter, capture_points=state.capture_points, steps=steps,
+        return BatchedEngine(tgt, drafter, capture_points=points, steps=steps,
                              topk=topk, draft_tokens=draft_tokens, features=features,
                              batch_size=batch_size, graphs=graphs, compile=compile)
-    return SpecEngine(tgt, drafter, capture_points=state.capture_points, steps=steps,
+    return SpecEngine(tgt, drafter, capture_points=points, steps=steps,
                       topk=topk, draft_tokens=draft_tokens, features=features)
+
+
+def load_drafter(draft: str | os.PathLike | OpenedDrafter, *, target: Any,
+                 load_as: str | None = None, seed: int = 0) -> tuple[Drafter, list[int]]:
+    """(the drafter as `load_as` would load it (default: as trained) on the loaded
+    `target`'s device and dtype, its capture points): refused in one line when it does not
+    fit the target. What `load_engine` decodes with; `BatchedEngine.swap_drafter` takes it
+    to decode with another drafter on an engine already built."""
+    opened = check_draft(draft)
+    try:
+        engine, misfit = fit_errors(opened, target=target.path)
+        if misfit:
+            raise UserError(
+                f"The drafter {opened.path} does not fit the target {target.name}; refused "
+                f"before decoding. " + " ".join(f"[{f.code}] {f.message}" for f in misfit)
+                + f" (run `eagle3lab inspect {opened.path} --target {target.path}` for the "
+                f"full report).")
+        state = emulate(opened, load_as or engine, target=target.path, seed=seed)
+    finally:
+        if owned(draft, opened):
+            opened.close()
+    model = build_model(state).to(target.device, target.dtype)
+    drafter = Drafter(model)
+    if state.hot_token_ids is not None:
+        drafter.hot_ids = state.hot_token_ids.to(target.device)
+    return drafter, state.capture_points
 
 
 #: the offline engine's implementations: HF eager with dynamic caches (any target, the CPU

@@ -732,7 +732,7 @@ def live_tau(*, target: Any, drafters: list[dict[str, Any]], settings: list[str]
 
     # lazy: the engine and the target load torch and transformers; planning needs neither
     from eagle3lab.specdec.accept import prompt_ids  # lazy: as above
-    from eagle3lab.specdec.load import load_engine  # lazy: as above
+    from eagle3lab.specdec.load import load_drafter, load_engine  # lazy: as above
     from eagle3lab.specdec.stats import AcceptStats  # lazy: as above
     from eagle3lab.targets.adapter import Target, load_target  # lazy: as above
 
@@ -741,27 +741,41 @@ def live_tau(*, target: Any, drafters: list[dict[str, Any]], settings: list[str]
     ctx = tgt.max_position_embeddings or 4096
     plist = prompt_ids(tgt.tokenizer, prompts, limit, max(16, ctx - max_new_tokens - 1))
     ids = [i for _, i in plist]
-    rows = []
-    for d in drafters:
+    rows = {}
+    # one engine per shape, each next drafter's weights copied into it (swap_drafter): its
+    # caches and captured graphs are reused, not built again per drafter; a drafter of
+    # another architecture gets an engine of its own
+    engines: dict[str, Any] = {}
+    for di, d in enumerate(drafters):
+        loaded = None
         for s in settings:
             steps, topk, dt = parse_setting(s)
             t0 = time.perf_counter()
-            eng = load_engine(target=tgt, draft=d["path"], steps=steps, topk=topk,
-                              draft_tokens=dt, engine="static", batch_size=batch_size)
+            eng = engines.get(s)
+            if eng is not None:
+                loaded = loaded or load_drafter(d["path"], target=tgt)
+                if eng.swap_problem(*loaded) is None:
+                    eng.swap_drafter(*loaded)
+                else:
+                    eng = None
+            if eng is None:
+                eng = engines[s] = load_engine(target=tgt, draft=d["path"], steps=steps,
+                                               topk=topk, draft_tokens=dt, engine="static",
+                                               batch_size=batch_size)
             res = eng.generate_many(ids, max_new_tokens=max_new_tokens, temperature=0.0)
             st = AcceptStats.from_results(res)
-            rows.append({**d, "setting": s, "tau": st.tau, "requests": st.requests,
-                         "completion_tokens": st.completion_tokens, "verify_ct": st.verify_ct,
-                         "accept_histogram": list(st.histogram),
-                         "acceptance_cumulative": st.cumulative(),
-                         "per_prompt_tokens": [r.completion_tokens for r in res],
-                         "per_prompt_verify": [r.verify_ct for r in res],
-                         "seconds": time.perf_counter() - t0})
+            rows[di, s] = {**d, "setting": s, "tau": st.tau, "requests": st.requests,
+                           "completion_tokens": st.completion_tokens,
+                           "verify_ct": st.verify_ct, "accept_histogram": list(st.histogram),
+                           "acceptance_cumulative": st.cumulative(),
+                           "per_prompt_tokens": [r.completion_tokens for r in res],
+                           "per_prompt_verify": [r.verify_ct for r in res],
+                           "seconds": time.perf_counter() - t0}
             if progress:
                 print(f"live {Path(d['path']).parent.name}/{Path(d['path']).name} {s}: "
                       f"tau {st.tau:.3f} ({time.perf_counter() - t0:.1f} s)", flush=True)
-            del eng
-    return rows
+    del engines
+    return [rows[di, s] for di in range(len(drafters)) for s in settings]
 
 
 def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,

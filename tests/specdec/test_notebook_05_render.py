@@ -17,8 +17,9 @@ NB = Path(__file__).resolve().parents[2] / "notebooks" / "05_acceptance.ipynb"
 def _run(out: Path, target: Path, draft: Path) -> str:
     import papermill as pm
 
+    # a lost kernel message hung one run of the suite for 20 min: a timeout fails instead
     pm.execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
-                        cwd=str(out.parent), parameters={
+                        cwd=str(out.parent), execution_timeout=600, parameters={
                             "target": str(target), "drafts": [str(draft)], "limit": 2,
                             "max_new_tokens": 6, "steps": 2, "engine": "eager",
                             "chain_lengths": [], "compare_failures": False,

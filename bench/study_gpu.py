@@ -300,8 +300,17 @@ def stage_train(args) -> int:
             f"{', '.join(failed)}")
     queue = [a for a in arms if not is_finished(a["train"]["out"])
              and a["name"] not in failed]
-    to_live = [a["name"] for a in arms if is_finished(a["train"]["out"])
-               and not (Path(a["train"]["out"]) / "live.json").is_file()]
+    undecoded = [a for a in arms if is_finished(a["train"]["out"])
+                 and not (Path(a["train"]["out"]) / "live.json").is_file()]
+    # a run finished in an earlier session whose live decode did not finish there: its
+    # checkpoints never travel, so it has nothing left to decode (train it again to have
+    # its live tau: delete its run directory)
+    gone = [a["name"] for a in undecoded
+            if not (Path(a["train"]["out"]) / "checkpoints").is_dir()]
+    if gone:
+        log(f"finished without live tau and without checkpoints here (not decoded; delete "
+            f"the run directory to train again): {', '.join(gone)}")
+    to_live = [a["name"] for a in undecoded if a["name"] not in gone]
     log(f"{len(queue)} runs to train, {len(to_live)} to decode live")
     logs = work / "logs"
     logs.mkdir(exist_ok=True)

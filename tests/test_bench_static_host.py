@@ -32,3 +32,18 @@ def test_bad_batch_size_is_one_line():
     assert r.stderr.strip().splitlines() == [
         "bench/static_host.py: error: batch size (--batch-size) must be a whole number of "
         "at least 1, got 0."]
+
+
+def test_fastest_repeat_reads_either_form():
+    # _measure returns host ms per step on the CPU and loop ms per step on CUDA (a GPU run
+    # once failed here with a KeyError); the fastest repeat is picked from either form.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("static_host_bench", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cpu = [{"host_ms_per_step": 3.0}, {"host_ms_per_step": 2.0}, {"host_ms_per_step": 4.0}]
+    cuda = [{"loop_ms_per_step": 9.5, "device_ms_per_step": 1.0},
+            {"loop_ms_per_step": 7.25, "device_ms_per_step": 2.0}]
+    assert mod._fastest(cpu) is cpu[1]
+    assert mod._fastest(cuda) is cuda[1]

@@ -127,3 +127,17 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
                                               tmp_path / "res")
     assert "0 runs to train, 0 to decode live" in _run("train", "--work", w2, "--device",
                                                         "cpu", "--jobs", 2)
+
+    # a run that finished training but whose live decode did not finish in its session:
+    # its checkpoints did not travel, so the next session says so and does not fail on it
+    (tmp_path / "res/runs/data-all-wd0.01-s0/live.json").unlink()
+    w3 = tmp_path / "w3"
+    (w3 / "gen").mkdir(parents=True)
+    for f in (w / "gen").iterdir():
+        (w3 / "gen" / f.name).write_bytes(f.read_bytes())
+    _run("plan", "--work", w3, "--config", cfg, "--target", tiny_target_dir)
+    _run("restore", "--work", w3, "--results", tmp_path / "res")
+    out = _run("train", "--work", w3, "--device", "cpu", "--jobs", 2)
+    assert ("finished without live tau and without checkpoints here (not decoded; delete "
+            "the run directory to train again): data-all-wd0.01-s0") in out
+    assert "0 runs to train, 0 to decode live" in out and "failed" not in out

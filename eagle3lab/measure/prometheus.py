@@ -48,6 +48,7 @@ import urllib.request
 from typing import Any
 
 from eagle3lab.errors import UserError
+from eagle3lab.specdec.stats import decode_accept_length
 
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
 VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -227,7 +228,7 @@ def window(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         positions = sorted(int(p) for (n, p) in ca if n == VLLM_PER_POS and p is not None)
         per_pos = [delta(VLLM_PER_POS, str(j)) for j in positions]
         out.update(source="vllm", drafts=drafts, draft_tokens=drafted, accepted=acc,
-                   accept_length=1 + acc / drafts if drafts else math.nan,
+                   accept_length=decode_accept_length(acc, drafts),
                    acceptance_rate=acc / drafted if drafted else math.nan,
                    per_position=[n / drafts if drafts else math.nan for n in per_pos],
                    per_position_accepted=per_pos)

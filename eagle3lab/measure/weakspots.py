@@ -33,7 +33,7 @@ from eagle3lab.data.remote import TargetInfo
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_path, atomic_write_json, read_json_object
 from eagle3lab.measure.client import http_json, per_request_spec
-from eagle3lab.specdec.stats import AcceptStats
+from eagle3lab.specdec.stats import AcceptStats, decode_accept_length
 
 SERVER_KIND = "eagle3lab-server-per-request"
 #: prompt-length bins (tokens of the chat-templated prompt), upper edges
@@ -119,7 +119,7 @@ def prompt_row(r: dict[str, Any]) -> dict[str, Any]:
            "prompt_tokens": r.get("prompt_tokens"),
            "completion_tokens": r.get("completion_tokens"), "verify_ct": steps,
            "accepted": accepted,
-           "tau": 1 + accepted / steps if steps else math.nan,
+           "tau": decode_accept_length(accepted, steps),
            "accept_length": (r["completion_tokens"] / steps
                              if steps and r.get("completion_tokens") is not None else math.nan)}
     cum = (AcceptStats(histogram=hist).cumulative() if sum(hist)
@@ -162,7 +162,7 @@ def tau_by(ranking, column: str):
     for key, g in ranking.groupby(column, sort=False, dropna=False):
         steps, acc = int(g["verify_ct"].sum()), int(g["accepted"].sum())
         rows.append({column: key, "prompts": len(g), "verify_ct": steps,
-                     "tau": 1 + acc / steps if steps else math.nan,
+                     "tau": decode_accept_length(acc, steps),
                      "tau_min": float(g["tau"].min()), "tau_max": float(g["tau"].max())})
     return pd.DataFrame(rows).sort_values("tau", kind="stable").reset_index(drop=True)
 

@@ -6,6 +6,11 @@ each definition is stated once:
 - tau (accept length) = completion tokens / verify steps, INCLUDING the target's bonus
   token (floor 1.0; the first token, from prefill, is not a verify step — SGLang's
   completion_tokens / spec_verify_ct).
+- decode-phase accept length = 1 + accepted drafted tokens / verify steps: vLLM's
+  mean acceptance length and SGLang's log line (`decode_accept_length`). It leaves out the
+  prefill's token and a last step cut short by a token limit, so per-prompt rankings of
+  short decodes use it (one prefill token in 20 would move tau by 5%); over a long
+  decode the two agree within 1 / verify steps.
 - histogram H[n] = verify steps that accepted exactly n drafted tokens (SGLang's
   `spec_accept_histogram`).
 - cumulative acceptance at draft position k (1-based) = P(positions 1..k all accepted)
@@ -19,7 +24,13 @@ each definition is stated once:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Iterable
+
+
+def decode_accept_length(accepted: int, verify_steps: int) -> float:
+    """1 + accepted drafted tokens / verify steps (NaN without a verify step)."""
+    return 1 + accepted / verify_steps if verify_steps else math.nan
 
 
 @dataclasses.dataclass

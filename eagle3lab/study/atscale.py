@@ -552,10 +552,13 @@ def per_prompt_counts(*, target: Any, draft: str | os.PathLike, setting: str, pr
 
 
 def _group_tau(rows: list[dict[str, Any]]) -> float | None:
-    """tau of a group of candidates as a ratio of sums: 1 + accepted / verify steps."""
+    """tau of a group of candidates as a ratio of sums: the decode-phase accept length,
+    1 + accepted / verify steps (specdec/stats.py)."""
+    from eagle3lab.specdec.stats import decode_accept_length
+
     steps = sum(r["verify_ct"] for r in rows)
     acc = sum(k * c for r in rows for k, c in enumerate(r["accept_histogram"]))
-    return 1 + acc / steps if steps else None
+    return decode_accept_length(acc, steps) if steps else None
 
 
 def rank_weak(cfg: AtScaleConfig, *, target: Any = None, device: str = "auto",

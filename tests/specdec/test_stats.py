@@ -1,9 +1,12 @@
 """Acceptance statistics from raw counts, with the definitions SGLang uses."""
 
+import math
+
 import pytest
 
 from eagle3lab.specdec.result import GenerationResult
-from eagle3lab.specdec.stats import AcceptStats, chain_expected_tau, predicted_speedup
+from eagle3lab.specdec.stats import (AcceptStats, chain_expected_tau, decode_accept_length,
+                                      predicted_speedup)
 
 
 def _r(tokens, hist):
@@ -39,3 +42,13 @@ def test_chain_model_and_speedup():
     assert chain_expected_tau(0.5, 2) == pytest.approx(1.75)
     assert predicted_speedup(tau=3.0, plain_step_s=0.1, verify_step_s=0.15,
                              draft_per_verify_s=0.05) == pytest.approx(1.5)
+
+
+def test_decode_accept_length_leaves_out_the_prefill_token():
+    # 1 prefill token + 4 verify steps accepting 2, 0, 3, 1 drafts (+1 bonus each): 11 tokens
+    s = AcceptStats.from_results([_r(11, [1, 1, 1, 1])])
+    assert s.verify_ct == 4 and s.tau == pytest.approx(11 / 4)
+    accepted = sum(n * h for n, h in enumerate(s.histogram))
+    assert decode_accept_length(accepted, s.verify_ct) == pytest.approx(1 + 6 / 4)
+    assert decode_accept_length(accepted, s.verify_ct) == pytest.approx(1 + s.mean_accepted)
+    assert math.isnan(decode_accept_length(0, 0))

@@ -277,7 +277,7 @@ def stage_plan(args) -> int:
 def stage_train(args) -> int:
     import shutil
 
-    from eagle3lab.study.atscale import read_study
+    from eagle3lab.study.atscale import live_complete, read_study
     from eagle3lab.train.checkpoints import is_finished
 
     work, deadline = Path(args.work), Deadline(args.deadline_s)
@@ -301,7 +301,7 @@ def stage_train(args) -> int:
     queue = [a for a in arms if not is_finished(a["train"]["out"])
              and a["name"] not in failed]
     undecoded = [a for a in arms if is_finished(a["train"]["out"])
-                 and not (Path(a["train"]["out"]) / "live.json").is_file()]
+                 and not live_complete(a["train"]["out"])]
     # a run finished in an earlier session whose live decode did not finish there: its
     # checkpoints never travel, so it has nothing left to decode (train it again to have
     # its live tau: delete its run directory)
@@ -371,7 +371,7 @@ def stage_train(args) -> int:
             break
         time.sleep(2.0)
     done = sum(is_finished(a["train"]["out"]) for a in arms)
-    lived = sum((Path(a["train"]["out"]) / "live.json").is_file() for a in arms)
+    lived = sum(live_complete(a["train"]["out"]) for a in arms)
     log(f"{done}/{len(arms)} runs finished, {lived} decoded live"
         + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0

@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import Field
 
@@ -726,11 +726,14 @@ def live_points(run_dir: str | os.PathLike, *, fractions: list[float],
 def live_tau(*, target: Any, drafters: list[dict[str, Any]], settings: list[str],
              prompts: str = "eval", limit: int | None = None, max_new_tokens: int = 256,
              dtype: str = "bfloat16", device: str = "auto", batch_size: int = 128,
-             progress: bool = False) -> list[dict[str, Any]]:
+             progress: bool = False, skip: frozenset = frozenset(),
+             on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Greedy speculative decoding of `prompts` by the static engine with each drafter at
     each shape: one row per (drafter, shape) with the raw counts (accept histogram, verify
     steps, tokens) and tau. No plain run: acceptance needs none. drafters: dicts with a
-    `path` (and anything else, kept in the row)."""
+    `path` (and anything else, kept in the row), decoded in the order given. `skip`:
+    (path, shape) pairs already measured (no row). `on_row`: called with each row as soon
+    as it is measured (measure_live saves it at once)."""
     import time
 
     # lazy: the engine and the target load torch and transformers; planning needs neither
@@ -752,6 +755,8 @@ def live_tau(*, target: Any, drafters: list[dict[str, Any]], settings: list[str]
     for di, d in enumerate(drafters):
         loaded = None
         for s in settings:
+            if (d["path"], s) in skip:
+                continue
             steps, topk, dt = parse_setting(s)
             t0 = time.perf_counter()
             eng = engines.get(s)
@@ -774,17 +779,37 @@ def live_tau(*, target: Any, drafters: list[dict[str, Any]], settings: list[str]
                            "per_prompt_tokens": [r.completion_tokens for r in res],
                            "per_prompt_verify": [r.verify_ct for r in res],
                            "seconds": time.perf_counter() - t0}
+            if on_row is not None:
+                on_row(rows[di, s])
             if progress:
                 print(f"live {Path(d['path']).parent.name}/{Path(d['path']).name} {s}: "
                       f"tau {st.tau:.3f} ({time.perf_counter() - t0:.1f} s)", flush=True)
     del engines
-    return [rows[di, s] for di in range(len(drafters)) for s in settings]
+    return [rows[di, s] for di in range(len(drafters)) for s in settings if (di, s) in rows]
+
+
+def live_complete(run_dir: str | os.PathLike) -> bool:
+    """Whether RUN/live.json holds every live point (files written before partial saves
+    have no `complete` key and were written whole)."""
+    p = Path(run_dir) / "live.json"
+    if not p.is_file():
+        return False
+    try:
+        return bool(json.loads(p.read_text()).get("complete", True))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
                  device: str = "auto", progress: bool = False) -> Path:
-    """Decode a finished run's live points; write RUN/live.json (atomically). Reused when
-    it already holds every point and shape."""
+    """Decode a finished run's live points; RUN/live.json is rewritten (atomically) after
+    every measured row, `complete` false until the last, so a decode cut short (the
+    deadline, a lost machine) keeps what it measured and `collect` returns it. The final
+    drafter is decoded first: the point the study reads most. Resumed: rows already in a
+    partial live.json are not measured again; reused whole when it holds every point and
+    shape."""
+    import torch
+
     study = read_study(study_dir)
     cfg = study["config"]
     run_dir = Path(study_dir) / "runs" / name
@@ -792,19 +817,38 @@ def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
     pts = live_points(run_dir, fractions=cfg["live_points"],
                       tokens_per_run=(arm or {}).get("tokens_per_run")
                       or cfg["tokens_per_run"])
+    settings = list(cfg["live_settings"])
     dst = run_dir / "live.json"
-    want = {(p["path"], s) for p in pts for s in cfg["live_settings"]}
+    want = {(p["path"], s) for p in pts for s in settings}
+    rows: list[dict[str, Any]] = []
     if dst.is_file():
         old = json.loads(dst.read_text())
-        if {(r["path"], r["setting"]) for r in old["rows"]} >= want:
+        if {(r["path"], r["setting"]) for r in old["rows"]} >= want \
+                and old.get("complete", True):
             return dst
-    rows = live_tau(target=target or cfg["target"], drafters=pts,
-                    settings=cfg["live_settings"], prompts=cfg["live_prompts"],
-                    limit=cfg["live_limit"], max_new_tokens=cfg["live_max_new_tokens"],
-                    dtype=cfg["live_dtype"], device=device,
-                    batch_size=cfg["live_batch_size"], progress=progress)
-    import torch
+        rows = [r for r in old["rows"] if (r["path"], r["setting"]) in want]
+    have = frozenset((r["path"], r["setting"]) for r in rows)
+    head = {"run": name, "engine": "static", "dtype": cfg["live_dtype"],
+            "device": torch.cuda.get_device_name(0)
+            if torch.cuda.is_available() and device != "cpu" else "cpu",
+            "prompts": cfg["live_prompts"], "max_new_tokens": cfg["live_max_new_tokens"]}
 
+    def save(complete: bool, serving: dict | None = None) -> None:
+        ordered = sorted(rows, key=lambda r: (r.get("fraction") or 0,
+                                              settings.index(r["setting"])))
+        atomic_write_json(dst, {**head, "serving": serving, "complete": complete,
+                                "rows": ordered})
+
+    def keep(row: dict[str, Any]) -> None:
+        rows.append(row)
+        save(False)
+
+    live_tau(target=target or cfg["target"],
+             drafters=sorted(pts, key=lambda p: -p["fraction"]), settings=settings,
+             prompts=cfg["live_prompts"], limit=cfg["live_limit"],
+             max_new_tokens=cfg["live_max_new_tokens"], dtype=cfg["live_dtype"],
+             device=device, batch_size=cfg["live_batch_size"], progress=progress,
+             skip=have, on_row=keep)
     # lazy: the doctor reads the checkpoint (safetensors); planning never needs it
     from eagle3lab.formats.doctor import serving_engines
 
@@ -813,12 +857,7 @@ def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
     serving = ({e: v.to_dict() for e, v in serving_engines(
         final[0], target=getattr(target, "path", target) or cfg["target"]).items()}
         if final else None)
-    atomic_write_json(dst, {"run": name, "engine": "static", "dtype": cfg["live_dtype"],
-                            "serving": serving,
-                            "device": torch.cuda.get_device_name(0)
-                            if torch.cuda.is_available() and device != "cpu" else "cpu",
-                            "prompts": cfg["live_prompts"],
-                            "max_new_tokens": cfg["live_max_new_tokens"], "rows": rows})
+    save(True, serving)
     return dst
 
 

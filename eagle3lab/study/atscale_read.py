@@ -247,10 +247,14 @@ def _live_rows(path: Path, desc: dict[str, Any], frame, notes: list[str]) -> lis
     if not path.is_file():
         return []
     try:
-        raw = json.loads(path.read_text())["rows"]
+        whole = json.loads(path.read_text())
+        raw = whole["rows"]
     except (OSError, ValueError, KeyError, TypeError):
         notes.append(f"{path} is not a live.json (no rows); left out.")
         return []
+    if whole.get("complete", True) is False:
+        notes.append(f"{path}: the live decode stopped before its last point ({len(raw)} "
+                     f"row(s) measured); the rows it has are read.")
     rows = []
     for k, r in enumerate(raw):
         try:

@@ -367,6 +367,76 @@ def real_study(tmp_path_factory, default_target_dir, real_target) -> Path:
 
 @pytest.mark.real
 @pytest.mark.slow
+def test_live_decode_cut_short_keeps_its_rows_and_resumes(real_study, real_target, tmp_path,
+                                                          monkeypatch):
+    """A live decode stopped after its first row (a deadline, a lost machine) leaves a
+    live.json with that row, the final drafter's, marked incomplete, and the reader says
+    so; the next measure_live decodes only what is missing, and the whole file equals an
+    uninterrupted decode's."""
+    import shutil
+
+    import eagle3lab.study.atscale as atscale
+
+    name = REAL_RUNS[0][0]
+    src, dst = real_study.parent / "study", tmp_path / "study"
+    shutil.copytree(src / "runs" / name, dst / "runs" / name)
+    shutil.copyfile(src / "study.json", dst / "study.json")
+    (dst / "runs" / name / "live.json").unlink()
+    real = atscale.live_tau
+
+    class Cut(Exception):
+        pass
+
+    def cut_after_one(**kw):
+        def once(row):
+            kw_on_row(row)
+            raise Cut
+
+        kw_on_row = kw["on_row"]
+        return real(**{**kw, "on_row": once})
+
+    monkeypatch.setattr(atscale, "live_tau", cut_after_one)
+    with pytest.raises(Cut):
+        measure_live(dst, name, target=real_target, device="cpu")
+    part = json.loads((dst / "runs" / name / "live.json").read_text())
+    assert part["complete"] is False and len(part["rows"]) == 1
+    assert part["rows"][0]["fraction"] == 1.0  # the final drafter first
+    assert not atscale.live_complete(dst / "runs" / name)
+    collect(dst, tmp_path / "res")
+    res = load_results(tmp_path / "res")
+    assert any("the live decode stopped before its last point (1 row(s) measured)" in n
+               for n in res.notes)
+    assert list(res.live["fraction"]) == [1.0]
+
+    measured = []
+
+    def counting(**kw):
+        inner = kw["on_row"]
+
+        def note(row):
+            measured.append((row["fraction"], row["setting"]))
+            inner(row)
+
+        return real(**{**kw, "on_row": note})
+
+    monkeypatch.setattr(atscale, "live_tau", counting)
+    measure_live(dst, name, target=real_target, device="cpu")
+    whole = json.loads((dst / "runs" / name / "live.json").read_text())
+    assert measured == [(0.5, "2,1,3")]  # the kept row was not measured again
+    assert whole["complete"] is True and atscale.live_complete(dst / "runs" / name)
+    assert [r["fraction"] for r in whole["rows"]] == [0.5, 1.0]
+    assert whole["rows"][1] == part["rows"][0]
+    ref = json.loads((src / "runs" / name / "live.json").read_text())
+    keys = ("fraction", "setting", "tau", "completion_tokens", "verify_ct",
+            "accept_histogram", "per_prompt_tokens", "per_prompt_verify")
+    assert [[r[k] for k in keys] for r in whole["rows"]] == \
+        [[r[k] for k in keys] for r in ref["rows"]]
+    assert {e: v["serves"] for e, v in whole["serving"].items()} == \
+        {e: v["serves"] for e, v in ref["serving"].items()}  # `via` names the run's path
+
+
+@pytest.mark.real
+@pytest.mark.slow
 def test_real_study_read_back_from_its_files(real_study):
     res = load_results(real_study)
     status = dict(zip(res.arms["run"], res.arms["status"]))

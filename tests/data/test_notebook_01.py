@@ -38,7 +38,10 @@ FOREIGN = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("source", sorted(FOREIGN))
+# the same notebook once per foreign layout: SpecForge's run only in make test-all (its
+# reader is tests/data/test_foreign.py's at CPU scale; the notebook path is speculators')
+@pytest.mark.parametrize("source", [pytest.param(s, marks=pytest.mark.full)
+                                    if s == "specforge" else s for s in sorted(FOREIGN)])
 def test_notebook_01_reads_a_foreign_set(tmp_path, tiny_target_dir, source):
     """source="specforge" / "speculators": the shards extracted here (tiny target), written
     in that tool's layout, are read back by its reader for the statistics and the per-layer

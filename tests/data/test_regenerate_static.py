@@ -22,28 +22,39 @@ def _static(**kw):
     return regenerate(engine="static", engine_class=BatchedEngine, **kw)
 
 
+@pytest.fixture(scope="module")
+def static3(real_target, tmp_path_factory):
+    """The static engine's greedy records at batch size 3 in one run (one chunk), made
+    once: compared with hf's, the file a killed and resumed run must write, and the greedy
+    twin of the sampled records. (path, regenerate's summary)"""
+    out = tmp_path_factory.mktemp("static3") / "static3.jsonl"
+    return out, _static(target=real_target, out=out, batch_size=3, **KW)
+
+
 @pytest.mark.real
-def test_greedy_static_records_equal_hf_records(real_target, tmp_path):
+def test_greedy_static_records_equal_hf_records(real_target, static3, tmp_path):
     regenerate(target=real_target, out=tmp_path / "hf.jsonl", batch_size=3, **KW)
     hf = (tmp_path / "hf.jsonl").read_text()
     for batch in (1, 3):
-        out = tmp_path / f"static{batch}.jsonl"
-        s = _static(target=real_target, out=out, batch_size=batch, **KW)
+        if batch == 3:
+            out, s = static3
+        else:
+            out = tmp_path / f"static{batch}.jsonl"
+            s = _static(target=real_target, out=out, batch_size=batch, **KW)
         assert s["new_records"] == 6 and s["new_tokens"] > 0
         assert out.read_text() == hf  # ids, text, finish reasons: every byte
     recs = read_conversations(tmp_path / "hf.jsonl")
     assert {r["finish_reason"] for r in recs} >= {"length"}
     assert all(r["seed"] is None for r in recs)
-    meta = json.loads(meta_path(tmp_path / "static3.jsonl").read_text())
+    meta = json.loads(meta_path(static3[0]).read_text())
     assert meta["params"]["engine"] == "static" and "seeding" not in meta
 
 
 @pytest.mark.real
-def test_killed_after_a_chunk_resumes_to_the_one_run_file(real_target, tmp_path,
+def test_killed_after_a_chunk_resumes_to_the_one_run_file(real_target, static3, tmp_path,
                                                            monkeypatch):
+    one = static3[0]  # one run, unkilled (the records do not depend on the chunking)
     monkeypatch.setattr(regen_mod, "STATIC_CHUNK_ROWS", 1)  # chunks of 3: two of them
-    one = tmp_path / "one.jsonl"
-    _static(target=real_target, out=one, batch_size=3, **KW)
     write = RegenerateStage.write
     calls = []
 
@@ -64,7 +75,7 @@ def test_killed_after_a_chunk_resumes_to_the_one_run_file(real_target, tmp_path,
 
 
 @pytest.mark.real
-def test_sampled_static_is_seeded_per_prompt(real_target, tmp_path):
+def test_sampled_static_is_seeded_per_prompt(real_target, static3, tmp_path):
     kw = dict(KW, target=real_target, batch_size=3, temperature=0.8, seed=11)
     _static(out=tmp_path / "a.jsonl", **kw)
     _static(out=tmp_path / "b.jsonl", **dict(kw, batch_size=2))  # another chunking
@@ -73,8 +84,7 @@ def test_sampled_static_is_seeded_per_prompt(real_target, tmp_path):
     assert [r["seed"] for r in a] == [11 + i for i in range(6)]
     meta = json.loads(meta_path(tmp_path / "a.jsonl").read_text())
     assert meta["seeding"] == "per prompt: seed + prompt index"
-    _static(out=tmp_path / "g.jsonl", **dict(kw, temperature=0.0))
-    greedy = read_conversations(tmp_path / "g.jsonl")
+    greedy = read_conversations(static3[0])
     assert [r["input_ids"] for r in a] != [r["input_ids"] for r in greedy]
     assert [r["input_ids"][:r["prompt_tokens"]] for r in a] == \
         [r["input_ids"][:r["prompt_tokens"]] for r in greedy]

@@ -187,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
 
     for b in args.batch_sizes:
         check_batch_size(b)
+    if args.repeats < 1:
+        raise UserError(f"--repeats must be at least 1 (timed runs per point), got "
+                        f"{args.repeats}.")
     shapes = []
     for s in args.settings:
         try:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "static_host.py"
 
 
@@ -25,13 +27,15 @@ def test_tiny_run_reports_host_and_forward_time_per_step():
     assert "Ordered by: cumulative time" in r.stdout
 
 
-def test_bad_batch_size_is_one_line():
-    r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--batch-sizes", "0"],
+@pytest.mark.parametrize("args,line", [
+    (["--batch-sizes", "0"], "batch size (--batch-size) must be a whole number of at least 1, "
+                             "got 0."),
+    (["--repeats", "0"], "--repeats must be at least 1 (timed runs per point), got 0.")])
+def test_bad_input_is_one_line(args, line):
+    r = subprocess.run([sys.executable, "-P", str(SCRIPT), *args],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
-    assert r.stderr.strip().splitlines() == [
-        "bench/static_host.py: error: batch size (--batch-size) must be a whole number of "
-        "at least 1, got 0."]
+    assert r.stderr.strip().splitlines() == [f"bench/static_host.py: error: {line}"]
 
 
 def test_fastest_repeat_reads_either_form():

@@ -822,7 +822,8 @@ def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
     want = {(p["path"], s) for p in pts for s in settings}
     rows: list[dict[str, Any]] = []
     if dst.is_file():
-        old = json.loads(dst.read_text())
+        old = read_json_object(dst, what="live tau file",
+                               fix="Delete it: the next call decodes the run again.")
         if {(r["path"], r["setting"]) for r in old["rows"]} >= want \
                 and old.get("complete", True):
             return dst

@@ -433,6 +433,12 @@ def test_live_decode_cut_short_keeps_its_rows_and_resumes(real_study, real_targe
         [[r[k] for k in keys] for r in ref["rows"]]
     assert {e: v["serves"] for e, v in whole["serving"].items()} == \
         {e: v["serves"] for e, v in ref["serving"].items()}  # `via` names the run's path
+    # a truncated live.json: not complete, and one line naming it and the fix
+    (dst / "runs" / name / "live.json").write_text('{"rows": [')
+    assert not atscale.live_complete(dst / "runs" / name)
+    with pytest.raises(UserError, match=r"The live tau file .*live.json is not valid JSON "
+                       r"\(line 1, column 11: .*\)\. Delete it: the next call decodes"):
+        measure_live(dst, name, target=real_target, device="cpu")
 
 
 @pytest.mark.real

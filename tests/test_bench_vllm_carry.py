@@ -73,8 +73,10 @@ def test_a_missing_or_corrupt_chunk_is_named_before_anything_installs(packed, tm
     for p in manifest["parts"]:
         dev.stash(str(BENCH.parent / p["dir"]))
     (e3l / "chunks" / "03").unlink()
-    with open(e3l / "chunks" / "02", "r+b") as f:
-        f.write(b"x")
+    with open(e3l / "chunks" / "02", "r+b") as f:  # flip a byte: a fixed one may be there
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 0xFF]))
     with pytest.raises(SystemExit):
         dev.install()
     err = capsys.readouterr().err

@@ -34,6 +34,7 @@ from eagle3lab.config import StrictConfig, repo_root
 from eagle3lab.data.regenerate import meta_path
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_path, atomic_write_json, read_json_object, sha256_file
+from eagle3lab.specdec.stats import AcceptStats, decode_accept_length
 from eagle3lab.study.runs import list_checkpoints
 from eagle3lab.train.config import check_train_overrides
 
@@ -554,8 +555,6 @@ def per_prompt_counts(*, target: Any, draft: str | os.PathLike, setting: str, pr
 def _group_tau(rows: list[dict[str, Any]]) -> float | None:
     """tau of a group of candidates as a ratio of sums: the decode-phase accept length,
     1 + accepted / verify steps (specdec/stats.py)."""
-    from eagle3lab.specdec.stats import decode_accept_length
-
     steps = sum(r["verify_ct"] for r in rows)
     acc = sum(k * c for r in rows for k, c in enumerate(r["accept_histogram"]))
     return decode_accept_length(acc, steps) if steps else None
@@ -739,7 +738,6 @@ def live_tau(*, target: Any, drafters: list[dict[str, Any]], settings: list[str]
     # lazy: the engine and the target load torch and transformers; planning needs neither
     from eagle3lab.specdec.accept import prompt_ids  # lazy: as above
     from eagle3lab.specdec.load import load_drafter, load_engine  # lazy: as above
-    from eagle3lab.specdec.stats import AcceptStats  # lazy: as above
     from eagle3lab.targets.adapter import Target, load_target  # lazy: as above
 
     tgt = target if isinstance(target, Target) else load_target(target, device=device,

@@ -28,7 +28,7 @@ Stages (each a subcommand; WORK is the study's work directory on the device):
     python -P bench/study_gpu.py data --work W --target T --prompts 90000 --deadline-s 560
     python -P bench/study_gpu.py weak --work W --device cuda --config CONFIG   (same as plan's)
     python -P bench/study_gpu.py plan --work W --config data/studies/h200-grok/config.json
-    python -P bench/study_gpu.py train --work W --jobs 4 --deadline-s 560
+    python -P bench/study_gpu.py train --work W --jobs 4 --warm-first 300 --deadline-s 560
     python -P bench/study_gpu.py collect --work W --dest $OUT/results
 
 On a CPU, tiny sizes check every path (tests/test_bench_study_gpu.py).
@@ -304,18 +304,40 @@ def stage_train(args) -> int:
                  and not live_complete(a["train"]["out"])]
     # a run finished in an earlier session whose live decode did not finish there: its
     # checkpoints never travel, so it has nothing left to decode (train it again to have
-    # its live tau: delete its run directory)
+    # its live tau: --retrain-undecoded, or delete its run directory)
     gone = [a["name"] for a in undecoded
             if not (Path(a["train"]["out"]) / "checkpoints").is_dir()]
-    if gone:
+    if gone and args.retrain_undecoded:
+        for a in undecoded:
+            if a["name"] in gone:
+                shutil.rmtree(a["train"]["out"])
+        queue = [a for a in arms if not is_finished(a["train"]["out"])
+                 and a["name"] not in failed]
+        log(f"trained again for their live tau (--retrain-undecoded): {', '.join(gone)}")
+    elif gone:
         log(f"finished without live tau and without checkpoints here (not decoded; delete "
-            f"the run directory to train again): {', '.join(gone)}")
+            f"the run directory or pass --retrain-undecoded to train again): "
+            f"{', '.join(gone)}")
     to_live = [a["name"] for a in undecoded if a["name"] not in gone]
     log(f"{len(queue)} runs to train, {len(to_live)} to decode live")
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
+    # --warm-first: the first run compiles alone; the others start once it has logged a
+    # step (inductor's disk cache is then warm), it has exited, or the wait is over
+    warming: tuple[str, Path, int, float] | None = None
+    started = False
     while queue or running or to_live or living:
-        while queue and len(running) < args.jobs and deadline.left() > 60:
+        if warming is not None:
+            name, metrics, size0, t_start = warming
+            grown = metrics.is_file() and metrics.stat().st_size > size0
+            waited = time.time() - t_start
+            if grown or name not in running or waited >= args.warm_first:
+                log(f"warm: {name} " + ("logged a step" if grown else "exited" if
+                                        name not in running else "still compiling")
+                    + f" after {waited:.0f} s; starting the other runs")
+                warming = None
+        while queue and len(running) < (1 if warming else args.jobs) and \
+                deadline.left() > 60:
             a = queue.pop(0)
             cfgp = cfg_dir / f"{a['name']}.json"
             resume = (Path(a["train"]["out"]) / "run.json").is_file()
@@ -326,6 +348,11 @@ def stage_train(args) -> int:
                                  stderr=subprocess.STDOUT, cwd=ROOT, **OWN_GROUP)
             running[a["name"]] = (p, f)
             log(f"train {a['name']}" + (" (resuming)" if resume else ""))
+            if args.warm_first > 0 and queue and len(running) == 1 and not started:
+                metrics = Path(a["train"]["out"]) / "metrics.jsonl"
+                warming = (a["name"], metrics,
+                           metrics.stat().st_size if metrics.is_file() else 0, time.time())
+            started = True
         for name, (p, f) in list(running.items()):
             if p.poll() is not None:
                 f.close()
@@ -528,6 +555,13 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--limit-runs", type=int, default=None, help="only the first N planned runs")
     t.add_argument("--only", default=None, help="comma-separated run names")
     t.add_argument("--keep-checkpoints", action="store_true")
+    t.add_argument("--warm-first", type=float, default=0.0, metavar="SECONDS",
+                   help="start one run alone and the others once it has logged a step (or "
+                   "after SECONDS): its compile fills inductor's disk cache for the rest, "
+                   "instead of every run compiling the same kernels at once (0: all at once)")
+    t.add_argument("--retrain-undecoded", action="store_true",
+                   help="train again the runs an earlier session finished but did not decode "
+                   "live (their checkpoints did not travel), for their live tau")
     r = sub.add_parser("restore", parents=[common], help="finished runs of an earlier "
                        "session back into the study")
     r.add_argument("--results", required=True, help="a folder `collect` wrote")

@@ -93,8 +93,13 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     study = json.loads((w / "study/study.json").read_text())
     assert [a["name"] for a in study["arms"]] == ["data-0.03k-wd0.01-s0",
                                                   "data-all-wd0.01-s0"]
-    out = _run("train", "--work", w, "--device", "cpu", "--jobs", 2, "--live-jobs", 2)
+    out = _run("train", "--work", w, "--device", "cpu", "--jobs", 2, "--live-jobs", 2,
+               "--warm-first", 600)
     assert "2/2 runs finished, 2 decoded live" in out
+    # the first run trains alone until it has logged a step; then the other starts
+    first, second = (f"train {a['name']}" for a in study["arms"])
+    warm = f"warm: {study['arms'][0]['name']} logged a step after"
+    assert out.index(first) < out.index(warm) < out.index(second), out
     for a in study["arms"]:
         run = w / "study/runs" / a["name"]
         info = json.loads((run / "run.json").read_text())
@@ -139,5 +144,13 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     _run("restore", "--work", w3, "--results", tmp_path / "res")
     out = _run("train", "--work", w3, "--device", "cpu", "--jobs", 2)
     assert ("finished without live tau and without checkpoints here (not decoded; delete "
-            "the run directory to train again): data-all-wd0.01-s0") in out
+            "the run directory or pass --retrain-undecoded to train again): "
+            "data-all-wd0.01-s0") in out
     assert "0 runs to train, 0 to decode live" in out and "failed" not in out
+    # --retrain-undecoded trains it again, and decodes it this time
+    out = _run("train", "--work", w3, "--device", "cpu", "--jobs", 2, "--retrain-undecoded")
+    assert "trained again for their live tau (--retrain-undecoded): data-all-wd0.01-s0" in out
+    assert "1 runs to train, 0 to decode live" in out
+    assert "2/2 runs finished, 2 decoded live" in out and "failed" not in out
+    live = json.loads((w3 / "study/runs/data-all-wd0.01-s0/live.json").read_text())
+    assert live["complete"] is True and live["rows"][-1]["fraction"] == 1.0

@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from eagle3lab.report.kernel import execute_notebook
 from eagle3lab.report.plan import Step, notebook_path
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -49,15 +50,13 @@ def run_notebook(src: Path, dst: Path, *, parameters: dict[str, Any], timeout_s:
     """Execute `src` into `dst` with `parameters` (per-cell timeout, cell output logged to
     the `papermill` logger); returns {"status": "ok"} or {"status": "failed", "error",
     "failed_cell"}. Only KeyboardInterrupt propagates."""
-    import papermill as pm
-
     try:
-        pm.execute_notebook(str(src), str(dst), parameters=parameters,
-                            kernel_name=kernel_name, execution_timeout=timeout_s,
-                            log_output=True, progress_bar=False,
-                            cwd=str(cwd) if cwd else None,
-                            # the kernel's own start-up chatter (not cell output) stays quiet
-                            extra_arguments=["--IPKernelApp.log_level=ERROR"])
+        execute_notebook(str(src), str(dst), parameters=parameters,
+                         kernel_name=kernel_name, execution_timeout=timeout_s,
+                         log_output=True, progress_bar=False,
+                         cwd=str(cwd) if cwd else None,
+                         # the kernel's own start-up chatter (not cell output) stays quiet
+                         extra_arguments=["--IPKernelApp.log_level=ERROR"])
         return {"status": "ok"}
     except KeyboardInterrupt:
         raise

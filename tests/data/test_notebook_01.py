@@ -11,13 +11,13 @@ NB = Path(__file__).resolve().parents[2] / "notebooks" / "01_extract.ipynb"
 @pytest.mark.real
 @pytest.mark.slow
 def test_notebook_01_runs_under_papermill(tmp_path, default_target_dir):
-    import papermill as pm
+    from eagle3lab.report.kernel import execute_notebook
 
     out = tmp_path / "01.ipynb"
-    pm.execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
-                        parameters={"sample_count": 3, "max_new_tokens": 12,
-                                    "batch_size": 3, "out_dir": str(tmp_path / "run"),
-                                    "prompts": "eval"})
+    execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
+                     parameters={"sample_count": 3, "max_new_tokens": 12,
+                                 "batch_size": 3, "out_dir": str(tmp_path / "run"),
+                                 "prompts": "eval"})
     nb = json.loads(out.read_text())
     text = "\n".join(o.get("text", "") if isinstance(o.get("text"), str) else "".join(
         o.get("text", [])) for c in nb["cells"] for o in c.get("outputs", []))
@@ -46,14 +46,14 @@ def test_notebook_01_reads_a_foreign_set(tmp_path, tiny_target_dir, source):
     """source="specforge" / "speculators": the shards extracted here (tiny target), written
     in that tool's layout, are read back by its reader for the statistics and the per-layer
     norms."""
-    import papermill as pm
+    from eagle3lab.report.kernel import execute_notebook
 
     out = tmp_path / "01.ipynb"
-    pm.execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
-                        parameters={"target": str(tiny_target_dir), "sample_count": 2,
-                                    "max_new_tokens": 6, "batch_size": 2, "prompts": "eval",
-                                    "out_dir": str(tmp_path / "run"), "source": source,
-                                    "dtype": "float32"})
+    execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
+                     parameters={"target": str(tiny_target_dir), "sample_count": 2,
+                                 "max_new_tokens": 6, "batch_size": 2, "prompts": "eval",
+                                 "out_dir": str(tmp_path / "run"), "source": source,
+                                 "dtype": "float32"})
     nb = json.loads(out.read_text())
     text = "\n".join(o.get("text", "") if isinstance(o.get("text"), str) else "".join(
         o.get("text", [])) for c in nb["cells"] for o in c.get("outputs", []))

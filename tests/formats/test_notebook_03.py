@@ -22,11 +22,11 @@ def _text(nb) -> str:
 
 @pytest.mark.slow
 def test_notebook_03_runs_on_the_demo_pair(tmp_path):
-    import papermill as pm
+    from eagle3lab.report.kernel import execute_notebook
 
     out = tmp_path / "03.ipynb"
-    pm.execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
-                        cwd=str(tmp_path))
+    execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
+                     cwd=str(tmp_path))
     nb = json.loads(out.read_text())
     text = _text(nb)
     assert "OK: 0 error(s)" in text  # the good checkpoint

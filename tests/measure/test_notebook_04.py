@@ -26,18 +26,18 @@ def _text(nb) -> str:
 @pytest.mark.slow
 @pytest.mark.full
 def test_notebook_04_runs_under_papermill(tmp_path, default_target_dir, no_orphans):
-    import papermill as pm
+    from eagle3lab.report.kernel import execute_notebook
 
     out = tmp_path / "04.ipynb"
     run = tmp_path / "run"
-    pm.execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
-                        parameters={"engine": "reference", "target": str(default_target_dir),
-                                    "draft": str(SHIPPED), "steps": 2,
-                                    "prompt_count": 2, "max_new_tokens": 6,
-                                    "device": "cpu", "silence_s": 60.0,
-                                    "startup_timeout_s": 180.0, "run_dir": str(run),
-                                    "concurrency_levels": [1, 2], "sweep_max_new_tokens": 4,
-                                    "metrics_interval_s": 0.5})
+    execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
+                     parameters={"engine": "reference", "target": str(default_target_dir),
+                                 "draft": str(SHIPPED), "steps": 2,
+                                 "prompt_count": 2, "max_new_tokens": 6,
+                                 "device": "cpu", "silence_s": 60.0,
+                                 "startup_timeout_s": 180.0, "run_dir": str(run),
+                                 "concurrency_levels": [1, 2], "sweep_max_new_tokens": 4,
+                                 "metrics_interval_s": 0.5})
     nb = json.loads(out.read_text())
     text = _text(nb)
     assert "all servers stopped; no process of their groups remains" in text

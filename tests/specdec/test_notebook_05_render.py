@@ -15,19 +15,19 @@ NB = Path(__file__).resolve().parents[2] / "notebooks" / "05_acceptance.ipynb"
 
 
 def _run(out: Path, target: Path, draft: Path) -> str:
-    import papermill as pm
+    from eagle3lab.report.kernel import execute_notebook
 
-    # The widget cell's execute_reply sometimes sits unnoticed in the client's socket (a
-    # missed wake-up: the kernel is idle, the cell done) until the cell timeout's last poll
-    # finds it and the run goes on; without a timeout that hung one suite run for 20 min,
-    # with 600 s it cost 600 s. Every cell here takes a few seconds: 120 s bounds the stall.
-    pm.execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
-                        cwd=str(out.parent), execution_timeout=120, parameters={
-                            "target": str(target), "drafts": [str(draft)], "limit": 2,
-                            "max_new_tokens": 6, "steps": 2, "engine": "eager",
-                            "chain_lengths": [], "compare_failures": False,
-                            "speed_dtype": "none", "weak_worst": 2,
-                            "render_presets": ["trained", "empty-system"]})
+    # The widget cell's execute_reply once sat unnoticed in the client's socket (a lost
+    # wake-up: the kernel idle, the cell done) until the cell timeout's last poll: 20 min
+    # without a timeout, 600 s with one. eagle3lab.report.kernel's client polls in slices,
+    # which bounds that to a slice; every cell here takes seconds, so 120 s stays as a net.
+    execute_notebook(str(NB), str(out), kernel_name="python3", progress_bar=False,
+                     cwd=str(out.parent), execution_timeout=120, parameters={
+                         "target": str(target), "drafts": [str(draft)], "limit": 2,
+                         "max_new_tokens": 6, "steps": 2, "engine": "eager",
+                         "chain_lengths": [], "compare_failures": False,
+                         "speed_dtype": "none", "weak_worst": 2,
+                         "render_presets": ["trained", "empty-system"]})
     texts = []
     for c in json.loads(out.read_text())["cells"]:
         for o in c.get("outputs", []):

@@ -531,12 +531,12 @@ def _section(notebook: str, out: Path) -> Path:
 
 
 def _execute(path: Path, params: dict) -> tuple[str, int, dict]:
-    import papermill as pm
+    from eagle3lab.report.kernel import execute_notebook
 
     from eagle3lab.report.summary import read_summary
 
-    pm.execute_notebook(str(path), str(path), kernel_name="python3", progress_bar=False,
-                        parameters=params, cwd=str(path.parent))
+    execute_notebook(str(path), str(path), kernel_name="python3", progress_bar=False,
+                     parameters=params, cwd=str(path.parent))
     nb = json.loads(path.read_text())
     texts, images = [], 0
     for c in nb["cells"]:

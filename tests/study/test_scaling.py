@@ -170,16 +170,16 @@ def test_large_data_arm_defaults_to_the_shipped_drafter(real_study, real_data):
 def test_notebook_06_real_shards_runs_the_large_data_section(real_study, real_data, tmp_path):
     """Real mode (explicit shards): the study's runs are found finished, and the new section
     evaluates the shipped drafter, tabulates, plots and prints the data-scale verdict."""
-    import papermill as pm
+    from eagle3lab.report.kernel import execute_notebook
 
     from eagle3lab.report.summary import read_summary
 
     out = tmp_path / "06.ipynb"
-    pm.execute_notebook(str(NOTEBOOK), str(out), kernel_name="python3", progress_bar=False,
-                        cwd=str(tmp_path), parameters=dict(
-                            train_data=real_data["train"], eval_data=real_data["eval"],
-                            study_dir=str(real_study), **STUDY, lr=TRAIN["lr"],
-                            max_tokens_per_batch=TRAIN["max_tokens_per_batch"]))
+    execute_notebook(str(NOTEBOOK), str(out), kernel_name="python3", progress_bar=False,
+                     cwd=str(tmp_path), parameters=dict(
+                         train_data=real_data["train"], eval_data=real_data["eval"],
+                         study_dir=str(real_study), **STUDY, lr=TRAIN["lr"],
+                         max_tokens_per_batch=TRAIN["max_tokens_per_batch"]))
     nb = json.loads(out.read_text())
     outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
     text = "\n".join("".join(o.get("text", "")) for o in outputs)

@@ -386,7 +386,7 @@ def test_weak_vs_random_from_planted_counts(tmp_path):
 
 @pytest.mark.slow
 def test_notebook_section_renders_the_comparison_or_one_line(tmp_path):
-    import papermill as pm
+    from eagle3lab.report.kernel import execute_notebook
 
     nb = json.loads((ROOT / "notebooks/06_grokking_vs_data.ipynb").read_text())
     tags = [set(c.get("metadata", {}).get("tags", [])) for c in nb["cells"]]
@@ -401,8 +401,8 @@ def test_notebook_section_renders_the_comparison_or_one_line(tmp_path):
     for name, weak in (("with", True), ("without", False)):
         study = _planted_study(tmp_path / name, _values(2.4, 2.1, 2.0, 0.04), weak=weak)
         out = tmp_path / f"{name}.ipynb"
-        pm.execute_notebook(str(path), str(out), kernel_name="python3", progress_bar=False,
-                            parameters={"atscale_dir": str(study)}, cwd=str(tmp_path))
+        execute_notebook(str(path), str(out), kernel_name="python3", progress_bar=False,
+                         parameters={"atscale_dir": str(study)}, cwd=str(tmp_path))
         cells = json.loads(out.read_text())["cells"]
         ours = [c for c in cells if "weak" in c.get("metadata", {}).get("tags", [])
                 and c["cell_type"] == "code"]

@@ -12,10 +12,10 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def _run(name: str, out: Path, params: dict) -> tuple[str, int]:
-    import papermill as pm
+    from eagle3lab.report.kernel import execute_notebook
 
-    pm.execute_notebook(str(NOTEBOOKS / name), str(out), kernel_name="python3",
-                        progress_bar=False, parameters=params, cwd=str(out.parent))
+    execute_notebook(str(NOTEBOOKS / name), str(out), kernel_name="python3",
+                     progress_bar=False, parameters=params, cwd=str(out.parent))
     nb = json.loads(out.read_text())
     texts = []
     for c in nb["cells"]:

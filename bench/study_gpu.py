@@ -452,6 +452,9 @@ def stage_collect(args) -> int:
         if (work / name).is_dir() and args.with_logs:
             with tarfile.open(dest / "logs.tar.gz", "w:gz") as t:
                 t.add(work / name, arcname=name)
+    if args.winner:
+        log(f"winner {args.winner}: " + (f"packed into {r['winner']}" if r["winner"] else
+                                         "no final drafter yet (not packed)"))
     log(f"collected {len(r['runs'])} runs into {dest}")
     return 0
 

@@ -2,8 +2,10 @@
 # One poll of the study's chain on the device (docs/study.md): wait SECONDS, print the
 # chain's log tail and each run's newest metrics line, then put the small results (the
 # plan, each run's run.json, metrics.jsonl, live.json, and the logs) into ONE file,
-# $OUT/results.tar.gz (the device returns at most 8 files, 2 folders deep).
-#   bash bench/study_poll.sh SECONDS
+# $OUT/results.tar.gz (the device returns at most 8 files, 2 folders deep). With
+# STUDY_WINNER=RUN, that run's final drafter is packed in too once it exists; a tar over
+# 15 MiB comes back in parts, $OUT/results.tar.gz.part00, ... (cat them, then untar).
+#   [STUDY_WINNER=RUN] bash bench/study_poll.sh SECONDS
 set -u
 W=${STUDY_WORK:-/root/e3l/study}
 cd "$(dirname "$0")/.."
@@ -16,6 +18,12 @@ done
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
 if [ -f $W/study/study.json ]; then
   rm -rf $W/collected
-  python3 -P bench/study_gpu.py collect --work $W --dest $W/collected > /dev/null \
-    && tar -czf "$OUT/results.tar.gz" -C $W collected logs
+  python3 -P bench/study_gpu.py collect --work $W --dest $W/collected \
+      ${STUDY_WINNER:+--winner $STUDY_WINNER} | grep winner
+  tar -czf $W/results.tar.gz -C $W collected logs
+  if [ "$(stat -c %s $W/results.tar.gz)" -le $((15 * 1024 * 1024)) ]; then
+    cp $W/results.tar.gz "$OUT/results.tar.gz"
+  else
+    split -b 15m -d $W/results.tar.gz "$OUT/results.tar.gz.part"
+  fi
 fi

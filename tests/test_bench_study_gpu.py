@@ -65,6 +65,29 @@ def test_data_stage_packs_what_unpacks(tmp_path, default_target_dir):
     assert rec["files"]["eval.jsonl"]["records"] == 2
 
 
+def _poll(work: Path, out: Path, winner: str | None = None) -> None:
+    """bench/study_poll.sh 0 as the device runs it ($OUT, python3 = this interpreter)."""
+    out.mkdir()
+    env = {**ENV, "OUT": str(out), "STUDY_WORK": str(work),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    if winner:
+        env["STUDY_WINNER"] = winner
+    r = subprocess.run(["bash", str(SCRIPT.parent / "study_poll.sh"), "0"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def _untar(parts: list[Path], dest: Path) -> Path:
+    """The parts joined in order, untarred into dest."""
+    import io
+    import tarfile
+
+    data = b"".join(p.read_bytes() for p in parts)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
+        t.extractall(dest, filter="data")
+    return dest
+
+
 @pytest.mark.slow
 @pytest.mark.full
 def test_plan_train_collect(tmp_path, tiny_target_dir):
@@ -120,6 +143,33 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
                    "runs/data-0.03k-wd0.01-s0/run.json", "runs/data-all-wd0.01-s0/live.json",
                    "runs/data-all-wd0.01-s0/metrics.jsonl", "runs/data-all-wd0.01-s0/run.json",
                    "study.json"]
+
+    # the winner's final drafter, packed; a poll names it before its run has finished
+    out = _run("collect", "--work", w, "--dest", tmp_path / "res-w", "--winner",
+               "data-all-wd0.01-s0")
+    assert "winner data-all-wd0.01-s0: packed into" in out
+    assert (tmp_path / "res-w/winner/config.json").is_file()
+    assert any((tmp_path / "res-w/winner").glob("*.safetensors"))
+    os.rename(w / "study/runs/data-all-wd0.01-s0/final", w / "final.away")
+    out = _run("collect", "--work", w, "--dest", tmp_path / "res-n", "--winner",
+               "data-all-wd0.01-s0")
+    assert "winner data-all-wd0.01-s0: no final drafter yet (not packed)" in out
+    assert not (tmp_path / "res-n/winner").exists()
+    os.rename(w / "final.away", w / "study/runs/data-all-wd0.01-s0/final")
+    # the device poll: one results.tar.gz, or parts of 15 MiB when the logs grow past it
+    _poll(w, tmp_path / "out1", winner="data-all-wd0.01-s0")
+    got = _untar(sorted((tmp_path / "out1").iterdir()), tmp_path / "u1")
+    assert [p.name for p in sorted((tmp_path / "out1").iterdir())] == ["results.tar.gz"]
+    assert (got / "collected/winner/config.json").is_file()
+    assert (got / "collected/runs/data-all-wd0.01-s0/live.json").is_file()
+    (w / "logs/big.bin").write_bytes(os.urandom(17 * 2**20))
+    _poll(w, tmp_path / "out2")
+    parts = sorted((tmp_path / "out2").iterdir())
+    assert [p.name for p in parts] == ["results.tar.gz.part00", "results.tar.gz.part01"]
+    got = _untar(parts, tmp_path / "u2")
+    assert (got / "logs/big.bin").read_bytes() == (w / "logs/big.bin").read_bytes()
+    assert not (got / "collected/winner").exists()
+    (w / "logs/big.bin").unlink()
 
     # a later session on a fresh machine: the same plan, the collected results restored,
     # nothing trained or decoded again

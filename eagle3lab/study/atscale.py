@@ -869,7 +869,8 @@ def collect(study_dir: str | os.PathLike, dest: str | os.PathLike, *,
             winner: str | None = None) -> dict[str, Any]:
     """Copy study.json (the plan, with the pool's counts and sha256s), the weak arms'
     selection when there is one, and each run's RUN_FILES to `dest` (what is committed
-    under data/studies/), plus `winner`'s packed drafter if named."""
+    under data/studies/), plus `winner`'s packed drafter if named and finished (a poll
+    names it before the run ends: until then the key "winner" is None)."""
     src, dest = Path(study_dir), Path(dest)
     (dest / "runs").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src / "study.json", dest / "study.json")
@@ -884,8 +885,10 @@ def collect(study_dir: str | os.PathLike, dest: str | os.PathLike, *,
         for f in files:
             shutil.copyfile(run / f, dest / "runs" / run.name / f)
         copied.append(run.name)
-    if winner:
+    packed = None
+    if winner and (src / "runs" / winner / "final").is_dir():
         from eagle3lab.train.checkpoints import pack_drafter  # lazy: loads torch
 
         pack_drafter(src / "runs" / winner / "final", dest / "winner")
-    return {"runs": copied, "dest": str(dest)}
+        packed = str(dest / "winner")
+    return {"runs": copied, "dest": str(dest), "winner": packed}

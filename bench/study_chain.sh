@@ -4,7 +4,8 @@
 #   (setsid nohup bash bench/study_chain.sh [TRAIN OPTIONS] > /root/e3l/study/chain.log 2>&1 < /dev/null &)
 # unpack the committed packs, put back the weak arms' selection of an earlier session (else
 # rank their candidates: `weak`), plan, put back the runs earlier sessions finished
-# (committed under data/studies/h200-grok/), train and decode the rest. Every stage resumes.
+# (committed under data/studies/h200-grok/), decode the shipped drafter as the runs are (in
+# the background; once: restored after), train and decode the rest. Every stage resumes.
 # Extra arguments go to `train` (e.g. --jobs 2 --only NAME,NAME).
 set -u
 W=${STUDY_WORK:-/root/e3l/study}
@@ -17,5 +18,7 @@ $S unpack --work $W --packs data/studies/h200-grok/packs --target $T \
   && $S weak --work $W --target $T --device cuda --config data/studies/h200-grok/config.json \
   && $S plan --work $W --target $T --config data/studies/h200-grok/config.json \
   && $S restore --work $W --results data/studies/h200-grok \
+  && { mkdir -p $W/logs; $S reference --work $W --target $T --device cuda --name shipped \
+         --drafter data/drafters/smollm2-135m-instruct > $W/logs/reference.log 2>&1 & } \
   && $S train --work $W --device cuda "$@"
 echo "chain exited $?"

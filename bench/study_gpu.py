@@ -21,8 +21,10 @@ Stages (each a subcommand; WORK is the study's work directory on the device):
             (eagle3lab.study.atscale.AtScaleConfig)
     train   every unfinished arm, --jobs at a time on the one GPU, online; then each
             finished run's live acceptance (static engine), its step checkpoints deleted
+    reference decode a drafter trained elsewhere (the shipped one) as the runs are, into
+            WORK/study/references/NAME/live.json (after plan)
     restore put a finished session's collected results back (a later session: the weak
-            selection at once, the runs after plan)
+            selection at once, the runs and references after plan)
     collect the small results into a folder (and a tar.gz for the device's file return)
 
     python -P bench/study_gpu.py data --work W --target T --prompts 90000 --deadline-s 560
@@ -404,6 +406,17 @@ def stage_train(args) -> int:
     return 1 if failed else 0
 
 
+def stage_reference(args) -> int:
+    """A drafter trained elsewhere (the shipped one) decoded as the runs are: the bar a run
+    must clear to replace it (after plan: it reads the study's live settings)."""
+    from eagle3lab.study.atscale import measure_reference
+
+    dst = measure_reference(Path(args.work) / "study", drafter=args.drafter, name=args.name,
+                            target=args.target, device=args.device, progress=True)
+    log(f"reference {args.name}: {dst}")
+    return 0
+
+
 def stage_restore(args) -> int:
     """Put a finished session's collected results (`collect --dest DIR`) back into the
     study on a fresh machine, so that its finished runs are not trained again (their
@@ -412,7 +425,7 @@ def stage_restore(args) -> int:
     `weak` too, for the selection: the chain runs it twice)."""
     import shutil
 
-    from eagle3lab.study.atscale import RUN_FILES, WEAK_SELECTION, read_study
+    from eagle3lab.study.atscale import REFERENCES, RUN_FILES, WEAK_SELECTION, read_study
 
     work, src = Path(args.work), Path(args.results)
     sel = work / "study" / WEAK_SELECTION
@@ -437,7 +450,15 @@ def stage_restore(args) -> int:
             if (run / f).is_file() and not (dst / f).is_file():
                 shutil.copyfile(run / f, dst / f)
         restored.append(run.name)
-    log(f"restored {len(restored)} finished runs from {src}")
+    refs = []
+    for ref in sorted((src / REFERENCES).glob("*/live.json")):
+        dst = work / "study" / REFERENCES / ref.parent.name / "live.json"
+        if not dst.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ref, dst)
+            refs.append(ref.parent.name)
+    log(f"restored {len(restored)} finished runs from {src}"
+        + (f" and the reference(s) {', '.join(refs)}" if refs else ""))
     return 0
 
 
@@ -565,6 +586,10 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--retrain-undecoded", action="store_true",
                    help="train again the runs an earlier session finished but did not decode "
                    "live (their checkpoints did not travel), for their live tau")
+    rf = sub.add_parser("reference", parents=[common], help="decode a drafter trained "
+                        "elsewhere as the runs are decoded (after plan)")
+    rf.add_argument("--drafter", required=True, help="its checkpoint directory")
+    rf.add_argument("--name", required=True, help="its name in the results (e.g. shipped)")
     r = sub.add_parser("restore", parents=[common], help="finished runs of an earlier "
                        "session back into the study")
     r.add_argument("--results", required=True, help="a folder `collect` wrote")
@@ -576,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == "data" and not args.target:
         ap.error("data needs --target")
     return {"data": stage_data, "unpack": stage_unpack, "describe": stage_describe,
-            "weak": stage_weak, "plan": stage_plan,
+            "weak": stage_weak, "plan": stage_plan, "reference": stage_reference,
             "train": stage_train, "restore": stage_restore,
             "collect": stage_collect}[args.stage](args)
 

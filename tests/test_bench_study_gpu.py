@@ -136,10 +136,19 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
         assert not (run / "checkpoints").exists()  # deleted once decoded
         assert set(live["serving"]) >= {"vllm", "sglang"}  # the doctor's verdict per engine
         assert live["serving"]["vllm"]["serves"] is True
+    # a drafter trained elsewhere, decoded as the runs are (here: one run's final drafter)
+    out = _run("reference", "--work", w, "--device", "cpu", "--target", tiny_target_dir,
+               "--drafter", w / "study/runs/data-all-wd0.01-s0/final", "--name", "other")
+    ref = json.loads((w / "study/references/other/live.json").read_text())
+    own = json.loads((w / "study/runs/data-all-wd0.01-s0/live.json").read_text())
+    assert ref["complete"] is True and [r["setting"] for r in ref["rows"]] == ["2,1,3"]
+    final = next(r for r in own["rows"] if r["fraction"] == 1.0)
+    assert ref["rows"][0]["accept_histogram"] == final["accept_histogram"]  # same decode
     _run("collect", "--work", w, "--dest", tmp_path / "res")
     got = sorted(p.relative_to(tmp_path / "res").as_posix()
                  for p in (tmp_path / "res").rglob("*") if p.is_file())
-    assert got == ["runs/data-0.03k-wd0.01-s0/live.json", "runs/data-0.03k-wd0.01-s0/metrics.jsonl",
+    assert got == ["references/other/live.json",
+                   "runs/data-0.03k-wd0.01-s0/live.json", "runs/data-0.03k-wd0.01-s0/metrics.jsonl",
                    "runs/data-0.03k-wd0.01-s0/run.json", "runs/data-all-wd0.01-s0/live.json",
                    "runs/data-all-wd0.01-s0/metrics.jsonl", "runs/data-all-wd0.01-s0/run.json",
                    "study.json"]
@@ -178,8 +187,10 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     for f in (w / "gen").iterdir():
         (w2 / "gen" / f.name).write_bytes(f.read_bytes())
     _run("plan", "--work", w2, "--config", cfg, "--target", tiny_target_dir)
-    assert "restored 2 finished runs" in _run("restore", "--work", w2, "--results",
-                                              tmp_path / "res")
+    assert "restored 2 finished runs from {} and the reference(s) other".format(
+        tmp_path / "res") in _run("restore", "--work", w2, "--results", tmp_path / "res")
+    assert (w2 / "study/references/other/live.json").read_text() == \
+        (w / "study/references/other/live.json").read_text()
     assert "0 runs to train, 0 to decode live" in _run("train", "--work", w2, "--device",
                                                         "cpu", "--jobs", 2)
 

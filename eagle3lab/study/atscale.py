@@ -806,8 +806,6 @@ def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
     drafter is decoded first: the point the study reads most. Resumed: rows already in a
     partial live.json are not measured again; reused whole when it holds every point and
     shape."""
-    import torch
-
     study = read_study(study_dir)
     cfg = study["config"]
     run_dir = Path(study_dir) / "runs" / name
@@ -815,8 +813,30 @@ def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
     pts = live_points(run_dir, fractions=cfg["live_points"],
                       tokens_per_run=(arm or {}).get("tokens_per_run")
                       or cfg["tokens_per_run"])
+    return _decode_live(run_dir / "live.json", {"run": name}, pts, cfg, target=target,
+                        device=device, progress=progress)
+
+
+def measure_reference(study_dir: str | os.PathLike, *, drafter: str | os.PathLike,
+                      name: str, target: Any = None, device: str = "auto",
+                      progress: bool = False) -> Path:
+    """Decode a drafter trained elsewhere (the shipped one) exactly as the runs' final
+    drafters are decoded (the study's prompts, shapes, engine, dtype, new tokens), into
+    STUDY/references/NAME/live.json: the bar a run must clear to replace it, measured the
+    same way. Resumes and reuses as measure_live does."""
+    study = read_study(study_dir)
+    path = str(Path(drafter).resolve())
+    return _decode_live(Path(study_dir) / REFERENCES / name / "live.json",
+                        {"reference": name}, [{"path": path, "fraction": 1.0}],
+                        study["config"], target=target, device=device, progress=progress)
+
+
+def _decode_live(dst: Path, who: dict[str, Any], pts: list[dict[str, Any]],
+                 cfg: dict[str, Any], *, target: Any, device: str, progress: bool) -> Path:
+    """measure_live's decode of `pts` (dicts with path and fraction) into `dst`."""
+    import torch
+
     settings = list(cfg["live_settings"])
-    dst = run_dir / "live.json"
     want = {(p["path"], s) for p in pts for s in settings}
     rows: list[dict[str, Any]] = []
     if dst.is_file():
@@ -827,7 +847,7 @@ def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
             return dst
         rows = [r for r in old["rows"] if (r["path"], r["setting"]) in want]
     have = frozenset((r["path"], r["setting"]) for r in rows)
-    head = {"run": name, "engine": "static", "dtype": cfg["live_dtype"],
+    head = {**who, "engine": "static", "dtype": cfg["live_dtype"],
             "device": torch.cuda.get_device_name(0)
             if torch.cuda.is_available() and device != "cpu" else "cpu",
             "prompts": cfg["live_prompts"], "max_new_tokens": cfg["live_max_new_tokens"]}
@@ -835,6 +855,7 @@ def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
     def save(complete: bool, serving: dict | None = None) -> None:
         ordered = sorted(rows, key=lambda r: (r.get("fraction") or 0,
                                               settings.index(r["setting"])))
+        dst.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(dst, {**head, "serving": serving, "complete": complete,
                                 "rows": ordered})
 
@@ -863,6 +884,8 @@ def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
 # --- results --------------------------------------------------------------------------------
 #: What `collect` copies of each run (small; never checkpoints).
 RUN_FILES = ("run.json", "metrics.jsonl", "live.json")
+#: STUDY/references/NAME/live.json: drafters trained elsewhere, decoded as the runs are.
+REFERENCES = "references"
 
 
 def collect(study_dir: str | os.PathLike, dest: str | os.PathLike, *,
@@ -886,6 +909,9 @@ def collect(study_dir: str | os.PathLike, dest: str | os.PathLike, *,
             shutil.copyfile(run / f, dest / "runs" / run.name / f)
         copied.append(run.name)
     packed = None
+    for ref in sorted((src / REFERENCES).glob("*/live.json")):
+        (dest / REFERENCES / ref.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ref, dest / REFERENCES / ref.parent.name / "live.json")
     if winner and (src / "runs" / winner / "final").is_dir():
         from eagle3lab.train.checkpoints import pack_drafter  # lazy: loads torch
 

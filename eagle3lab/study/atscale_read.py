@@ -39,7 +39,7 @@ from typing import Any, Sequence
 from eagle3lab.config import repo_root
 from eagle3lab.errors import UserError
 from eagle3lab.specdec.stats import AcceptStats
-from eagle3lab.study.atscale import parse_setting, read_study
+from eagle3lab.study.atscale import REFERENCES, parse_setting, read_study
 from eagle3lab.study.curves import last_values
 from eagle3lab.study.gap import _short
 from eagle3lab.study.plateau import detect_plateau
@@ -166,8 +166,9 @@ class AtScaleResults:
     live rows), `curves` (every run's metrics rows with the arm columns), `live` (one row
     per run x live point x draft shape: raw counts, tau from them, cumulative acceptance,
     and the teacher-forced estimates at the nearest evaluation), `plateaus` (one row per
-    run with curves: `plateau_check`'s fields and its sentence). `notes`: what could not
-    be read."""
+    run with curves: `plateau_check`'s fields and its sentence), `references` (drafters
+    trained elsewhere, decoded as the runs are: one row per reference x draft shape, raw
+    counts and tau). `notes`: what could not be read."""
 
     study_dir: Path
     study: dict[str, Any]
@@ -176,6 +177,7 @@ class AtScaleResults:
     live: Any
     plateaus: Any
     notes: list[str]
+    references: Any = None
 
     @property
     def tokens_per_run(self) -> int:
@@ -347,7 +349,57 @@ def load_results(study_dir: str | os.PathLike, *, plateau_metric: str = "eval_lo
             "fraction", "step", "tokens", "setting", "final", "requests", "completion_tokens",
             "verify_ct", "tau", "acceptance_cumulative", "eval_tokens", "eval_sim_accept_len",
             "sim_chain"]),
-        plateaus=pd.DataFrame(plateau_rows), notes=notes)
+        plateaus=pd.DataFrame(plateau_rows), notes=notes,
+        references=pd.DataFrame(_reference_rows(study_dir, notes), columns=REFERENCE_COLUMNS))
+
+
+#: The columns of `AtScaleResults.references`.
+REFERENCE_COLUMNS = ["reference", "setting", "requests", "completion_tokens", "verify_ct",
+                     "tau", "acceptance_cumulative"]
+
+
+def _reference_rows(study_dir: Path, notes: list[str]) -> list[dict[str, Any]]:
+    """STUDY/references/NAME/live.json (measure_reference) as rows."""
+    rows = []
+    for p in sorted((study_dir / REFERENCES).glob("*/live.json")):
+        for r in _live_rows(p, {"reference": p.parent.name}, None, notes):
+            rows.append({k: r[k] for k in REFERENCE_COLUMNS})
+    return rows
+
+
+def against_reference(results: AtScaleResults, *, reference: str = "shipped",
+                      setting: str = MAIN_SETTING) -> dict[str, Any]:
+    """The best finished run's final live tau at `setting` against a reference drafter's,
+    measured the same way (issue 28, part 4: a run replaces the shipped drafter only if it
+    beats it on the held-out prompts). `setting` falls back as the verdict's does
+    (`measured_setting`). Only finished runs count. Returns {"text", "setting",
+    "reference_tau", "best_run", "best_tau", "replaces"} (None where not measured)."""
+    setting = measured_setting(results, setting) or setting
+    ref = results.references if results.references is not None else None
+    ref = ref[(ref["reference"] == reference) & (ref["setting"] == setting)] \
+        if ref is not None and len(ref) else None
+    live = results.live
+    finals = live[(live["setting"] == setting) & live["final"]
+                  & live["run"].isin(results.done)] if len(live) else live
+    out: dict[str, Any] = {"setting": setting, "reference_tau": None, "best_run": None,
+                           "best_tau": None, "replaces": None}
+    if ref is None or not len(ref):
+        out["text"] = (f"No reference drafter {reference!r} measured at {setting} "
+                       f"(bench/study_gpu.py reference).")
+        return out
+    out["reference_tau"] = float(ref["tau"].iloc[0])
+    if not len(finals):
+        out["text"] = (f"The {reference} drafter: tau {out['reference_tau']:.3f} at "
+                       f"{setting}; no run's final drafter is measured there yet.")
+        return out
+    best = finals.loc[finals["tau"].idxmax()]
+    out.update(best_run=str(best["run"]), best_tau=float(best["tau"]),
+               replaces=bool(best["tau"] > out["reference_tau"]))
+    out["text"] = (f"The {reference} drafter: tau {out['reference_tau']:.3f} at {setting} "
+                   f"(the runs' prompts, engine and dtype); the best run's final drafter, "
+                   f"{best['run']}: {best['tau']:.3f}, so it "
+                   + ("replaces it." if out["replaces"] else "does not replace it."))
+    return out
 
 
 def open_results(study_dir: str | os.PathLike, **kw) -> tuple[AtScaleResults | None, str]:
@@ -1077,4 +1129,6 @@ def summary_numbers(results: AtScaleResults, *, setting: str = MAIN_SETTING,
             "atscale_runs_planned": len(results.arms),
             "atscale_verdict": v["text"], "atscale_decisive": v.get("decisive"),
             "atscale_late_drops": v.get("late_drops"),
+            "atscale_reference_tau": against_reference(results, setting=setting)[
+                "reference_tau"],
             **{f"atscale_{k}": val for k, val in plan["numbers"].items()}}

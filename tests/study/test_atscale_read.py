@@ -22,13 +22,16 @@ import pandas as pd
 import pytest
 
 from eagle3lab.errors import UserError
-from eagle3lab.study.atscale import AtScaleConfig, collect, measure_live, plan_arms
-from eagle3lab.study.atscale_read import (FINAL_METRICS, compare, equal_compute_table,
+from eagle3lab.study.atscale import (AtScaleConfig, collect, measure_live, measure_reference,
+                                     plan_arms)
+from eagle3lab.study.atscale_read import (FINAL_METRICS, against_reference, compare,
+                                          equal_compute_table,
                                           final_values, fit_tau_curve, load_results,
                                           open_results, plan_budget, planner_points,
                                           plateau_check, summary_numbers, tokens_for, verdict)
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+SHIPPED = Path(__file__).resolve().parents[2] / "data" / "drafters" / "smollm2-135m-instruct"
 
 
 # --- plateau and late drop on curves built from formulas ----------------------------------
@@ -361,6 +364,8 @@ def real_study(tmp_path_factory, default_target_dir, real_target) -> Path:
         "pool": {}, "steps_per_run": None, "arms": arms}))
     for name, *_ in REAL_RUNS[:3]:
         measure_live(root / "study", name, target=real_target, device="cpu")
+    measure_reference(root / "study", drafter=SHIPPED, name="shipped", target=real_target,
+                      device="cpu")
     collect(root / "study", root / "committed")
     return root / "committed"
 
@@ -467,6 +472,23 @@ def test_real_study_read_back_from_its_files(real_study):
         assert r["sim_chain"] is not None and r["eval_tokens"] is not None
     assert sorted(res.live["run"].unique()) == sorted(r for r, s in status.items()
                                                       if s == "done")
+    # the shipped drafter, decoded as the runs' final drafters are: same prompts and shape
+    raw = json.loads((real_study / "references/shipped/live.json").read_text())
+    assert raw["reference"] == "shipped" and raw["complete"] is True
+    assert raw["serving"]["vllm"]["serves"] is True
+    ref = res.references
+    assert list(ref["reference"]) == ["shipped"] and list(ref["setting"]) == ["2,1,3"]
+    row = raw["rows"][0]
+    assert ref["tau"].iloc[0] == pytest.approx(sum(row["per_prompt_tokens"])
+                                               / sum(row["per_prompt_verify"]))
+    assert ref["requests"].iloc[0] == 2
+    vs = against_reference(res)  # 5,1,6 not measured here: the shape that was
+    best = res.live[res.live["final"] & res.live["run"].isin(res.done)]
+    best = best.loc[best["tau"].idxmax()]
+    assert vs["setting"] == "2,1,3" and vs["best_run"] == best["run"]
+    assert vs["reference_tau"] == pytest.approx(ref["tau"].iloc[0])
+    assert vs["replaces"] == (best["tau"] > ref["tau"].iloc[0])
+    assert ("does not replace it." if not vs["replaces"] else "replaces it.") in vs["text"]
     assert set(res.live["fraction"]) == {0.5, 1.0}
     # curves: every eval line of every run that has metrics
     for run in ("data-half-wd0.01-s0", "data-all-wd0.1-s0"):
@@ -566,6 +588,8 @@ def test_notebook_sections_render_the_real_study(tmp_path, real_study):
     v = verdict(res)
     assert v["text"] in text and numbers["atscale_verdict"] == v["text"]
     assert numbers["atscale_runs_done"] == 3 and numbers["atscale_runs_planned"] == 5
+    assert against_reference(res)["text"] in text
+    assert numbers["atscale_reference_tau"] == pytest.approx(res.references["tau"].iloc[0])
     plan = plan_budget(res)  # 5,1,6 not measured in this tiny study: the shape that was
     assert plan["setting"] == "2,1,3" and plan["fit"].model == "log-linear"
     assert plan["text"] in text and all(n.text in text for n in plan["needs"])

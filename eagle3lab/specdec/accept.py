@@ -150,6 +150,22 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
         _close_opened(arms, opened)
 
 
+def rendering_of(tokenizer, render_as: Any = None, *, draft: Any = None) -> dict[str, Any]:
+    """The rendering record `measure_acceptance(render_as=...)` reports as `rendering`,
+    without decoding anything (`trained` read from `draft`'s provenance record), so a
+    caller can tell two renderings apart before it measures the second."""
+    if str(render_as) == TRAINED:
+        if draft is None:
+            raise UserError(f"--render-as {TRAINED} needs a drafter.")
+        d = check_draft(draft)
+        try:
+            render_as = record_rendering(d.parsed_config.record, str(d.path))
+        finally:
+            if owned(draft, d):
+                d.close()
+    return Renderer.from_settings(tokenizer, render_as).record()
+
+
 def _close_opened(arms: list[Arm], opened: dict[Any, OpenedDrafter]) -> None:
     """Close (and forget) the drafters opened here from paths; those handed in opened are
     the caller's to close."""

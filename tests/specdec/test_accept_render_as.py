@@ -11,7 +11,7 @@ import pytest
 
 from eagle3lab.data.rendering import Renderer
 from eagle3lab.errors import UserError
-from eagle3lab.specdec.accept import measure_acceptance, prompt_ids
+from eagle3lab.specdec.accept import measure_acceptance, prompt_ids, rendering_of
 
 STRIPPED = Path(__file__).resolve().parents[2] / "data" / "templates" / \
     "chatml-no-default-system.jinja"
@@ -40,6 +40,7 @@ def test_the_rendering_is_recorded(tiny_target, tiny_draft, render_as, system, s
     rec = r["rendering"]
     assert rec["system_prompt"] == system and rec["chat_template"]["source"] == source
     assert rec == Renderer.from_settings(tiny_target.tokenizer, render_as).record()
+    assert rec == rendering_of(tiny_target.tokenizer, render_as)  # known before decoding
     assert r["arms"][0]["matches_plain"] == 2
 
 
@@ -92,7 +93,10 @@ def test_render_as_trained_follows_the_drafters_record(tiny_target, tiny_draft, 
     (draft / "eagle3lab.json").write_text(json.dumps({"format": "eagle3lab-run",
                                                       "rendering": rec}))
     r = measure_acceptance(target=tiny_target, draft=str(draft), render_as="trained", **KW)
-    assert r["rendering"] == rec
+    assert r["rendering"] == rec == rendering_of(tiny_target.tokenizer, "trained",
+                                                 draft=str(draft))
+    with pytest.raises(UserError, match="needs a drafter"):
+        rendering_of(tiny_target.tokenizer, "trained")
     # trained with the tokenizer's template of another version: not reproducible here
     other = {**Renderer(tiny_target.tokenizer).record()}
     other["chat_template"] = {**other["chat_template"], "sha256": template_sha256("v0")}

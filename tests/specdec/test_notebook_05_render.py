@@ -63,8 +63,10 @@ def test_notebook_05_measures_the_drop_per_rendering(tmp_path, sharp_target_dir,
     side.write_text(json.dumps({**run, "rendering": record}))
 
     text = _run(tmp_path / "05.ipynb", sharp_target_dir, draft)
-    assert f"trained: {describe(record)}" in text
-    assert f"empty-system: {describe(Renderer(tok, system_prompt='').record())}" in text
+    # `trained` renders as the main measurement did: that measurement, not decoded again
+    assert f"trained: {describe(record)} (the measurement above)" in text
+    empty = describe(Renderer(tok, system_prompt='').record())
+    assert f"empty-system: {empty}\n" in text + "\n"
     assert "drop = tau(trained) - tau" in text
     rows = _rows(text, ["trained", "empty-system"])
     tau = {k: float(rows[k][0]) for k in ("trained", "empty-system")}

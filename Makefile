@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make demo   - run the whole pipeline on the default target and write a report (reports/<timestamp>/index.html)"
-	@echo "make test   - run the contributor suite before a commit: every test not marked full (~19 min measured on 2 shared cores; README) (sets everything up first)"
+	@echo "make test   - run the contributor suite before a commit: every test not marked full (~15 min measured on 2 cores; README) (sets everything up first)"
 	@echo "make test-all - run every test, the full-only ones too, as CI (.ci/run) does (sets everything up first)"
 	@echo "make setup  - only create/update the virtualenv $(VENV)"
 	@echo "make target - only prepare the default target under data/models/"

@@ -300,8 +300,6 @@ def stage_train(args) -> int:
     if failed:
         log(f"not retried (failed earlier; delete the run directory to train again): "
             f"{', '.join(failed)}")
-    queue = [a for a in arms if not is_finished(a["train"]["out"])
-             and a["name"] not in failed]
     undecoded = [a for a in arms if is_finished(a["train"]["out"])
                  and not live_complete(a["train"]["out"])]
     # a run finished in an earlier session whose live decode did not finish there: its
@@ -313,13 +311,13 @@ def stage_train(args) -> int:
         for a in undecoded:
             if a["name"] in gone:
                 shutil.rmtree(a["train"]["out"])
-        queue = [a for a in arms if not is_finished(a["train"]["out"])
-                 and a["name"] not in failed]
         log(f"trained again for their live tau (--retrain-undecoded): {', '.join(gone)}")
     elif gone:
         log(f"finished without live tau and without checkpoints here (not decoded; delete "
             f"the run directory or pass --retrain-undecoded to train again): "
             f"{', '.join(gone)}")
+    queue = [a for a in arms if not is_finished(a["train"]["out"])
+             and a["name"] not in failed]
     to_live = [a["name"] for a in undecoded if a["name"] not in gone]
     log(f"{len(queue)} runs to train, {len(to_live)} to decode live")
     logs = work / "logs"
@@ -350,7 +348,7 @@ def stage_train(args) -> int:
                                  stderr=subprocess.STDOUT, cwd=ROOT, **OWN_GROUP)
             running[a["name"]] = (p, f)
             log(f"train {a['name']}" + (" (resuming)" if resume else ""))
-            if args.warm_first > 0 and queue and len(running) == 1 and not started:
+            if not started and args.warm_first > 0 and queue:
                 metrics = Path(a["train"]["out"]) / "metrics.jsonl"
                 warming = (a["name"], metrics,
                            metrics.stat().st_size if metrics.is_file() else 0, time.time())
@@ -425,7 +423,8 @@ def stage_restore(args) -> int:
     `weak` too, for the selection: the chain runs it twice)."""
     import shutil
 
-    from eagle3lab.study.atscale import REFERENCES, RUN_FILES, WEAK_SELECTION, read_study
+    from eagle3lab.study.atscale import (RUN_FILES, WEAK_SELECTION, copy_references,
+                                         read_study)
 
     work, src = Path(args.work), Path(args.results)
     sel = work / "study" / WEAK_SELECTION
@@ -450,13 +449,7 @@ def stage_restore(args) -> int:
             if (run / f).is_file() and not (dst / f).is_file():
                 shutil.copyfile(run / f, dst / f)
         restored.append(run.name)
-    refs = []
-    for ref in sorted((src / REFERENCES).glob("*/live.json")):
-        dst = work / "study" / REFERENCES / ref.parent.name / "live.json"
-        if not dst.is_file():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(ref, dst)
-            refs.append(ref.parent.name)
+    refs = copy_references(src, work / "study", overwrite=False)
     log(f"restored {len(restored)} finished runs from {src}"
         + (f" and the reference(s) {', '.join(refs)}" if refs else ""))
     return 0

@@ -136,10 +136,8 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
             if arm.draft is not None and _key(arm.draft) not in opened:
                 opened[_key(arm.draft)] = check_draft(arm.draft)
         if str(render_as) == TRAINED:  # as the (first) drafter's data was rendered
-            first = next((opened[_key(a.draft)] for a in arms if a.draft is not None), None)
-            if first is None:
-                raise UserError(f"--render-as {TRAINED} needs a drafter.")
-            render_as = record_rendering(first.parsed_config.record, str(first.path))
+            render_as = _trained_rendering(next(
+                (opened[_key(a.draft)] for a in arms if a.draft is not None), None))
             load_render_settings(render_as)  # unknown, or not reproducible here: one line
         return _decode(arms=arms, opened=opened, target=target, prompts=prompts, limit=limit,
                        max_new_tokens=max_new_tokens, steps=steps, topk=topk,
@@ -155,15 +153,20 @@ def rendering_of(tokenizer, render_as: Any = None, *, draft: Any = None) -> dict
     without decoding anything (`trained` read from `draft`'s provenance record), so a
     caller can tell two renderings apart before it measures the second."""
     if str(render_as) == TRAINED:
-        if draft is None:
-            raise UserError(f"--render-as {TRAINED} needs a drafter.")
-        d = check_draft(draft)
+        d = check_draft(draft) if draft is not None else None
         try:
-            render_as = record_rendering(d.parsed_config.record, str(d.path))
+            render_as = _trained_rendering(d)
         finally:
-            if owned(draft, d):
+            if d is not None and owned(draft, d):
                 d.close()
     return Renderer.from_settings(tokenizer, render_as).record()
+
+
+def _trained_rendering(drafter: OpenedDrafter | None) -> dict[str, Any]:
+    """`--render-as trained`: the rendering in the drafter's provenance record."""
+    if drafter is None:
+        raise UserError(f"--render-as {TRAINED} needs a drafter.")
+    return record_rendering(drafter.parsed_config.record, str(drafter.path))
 
 
 def _close_opened(arms: list[Arm], opened: dict[Any, OpenedDrafter]) -> None:

@@ -847,6 +847,7 @@ def _decode_live(dst: Path, who: dict[str, Any], pts: list[dict[str, Any]],
             return dst
         rows = [r for r in old["rows"] if (r["path"], r["setting"]) in want]
     have = frozenset((r["path"], r["setting"]) for r in rows)
+    dst.parent.mkdir(parents=True, exist_ok=True)
     head = {**who, "engine": "static", "dtype": cfg["live_dtype"],
             "device": torch.cuda.get_device_name(0)
             if torch.cuda.is_available() and device != "cpu" else "cpu",
@@ -855,7 +856,6 @@ def _decode_live(dst: Path, who: dict[str, Any], pts: list[dict[str, Any]],
     def save(complete: bool, serving: dict | None = None) -> None:
         ordered = sorted(rows, key=lambda r: (r.get("fraction") or 0,
                                               settings.index(r["setting"])))
-        dst.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(dst, {**head, "serving": serving, "complete": complete,
                                 "rows": ordered})
 
@@ -888,6 +888,19 @@ RUN_FILES = ("run.json", "metrics.jsonl", "live.json")
 REFERENCES = "references"
 
 
+def copy_references(src: Path, dest: Path, *, overwrite: bool = True) -> list[str]:
+    """Copy SRC/references/NAME/live.json to DEST/references/NAME/ (`collect`, and
+    `restore` with overwrite False: what is there already stays); the names copied."""
+    names = []
+    for ref in sorted((src / REFERENCES).glob("*/live.json")):
+        dst = dest / REFERENCES / ref.parent.name / "live.json"
+        if overwrite or not dst.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ref, dst)
+            names.append(ref.parent.name)
+    return names
+
+
 def collect(study_dir: str | os.PathLike, dest: str | os.PathLike, *,
             winner: str | None = None) -> dict[str, Any]:
     """Copy study.json (the plan, with the pool's counts and sha256s), the weak arms'
@@ -908,10 +921,8 @@ def collect(study_dir: str | os.PathLike, dest: str | os.PathLike, *,
         for f in files:
             shutil.copyfile(run / f, dest / "runs" / run.name / f)
         copied.append(run.name)
+    copy_references(src, dest)
     packed = None
-    for ref in sorted((src / REFERENCES).glob("*/live.json")):
-        (dest / REFERENCES / ref.parent.name).mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(ref, dest / REFERENCES / ref.parent.name / "live.json")
     if winner and (src / "runs" / winner / "final").is_dir():
         from eagle3lab.train.checkpoints import pack_drafter  # lazy: loads torch
 

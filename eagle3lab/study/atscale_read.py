@@ -177,7 +177,7 @@ class AtScaleResults:
     live: Any
     plateaus: Any
     notes: list[str]
-    references: Any = None
+    references: Any
 
     @property
     def tokens_per_run(self) -> int:
@@ -375,15 +375,14 @@ def against_reference(results: AtScaleResults, *, reference: str = "shipped",
     (`measured_setting`). Only finished runs count. Returns {"text", "setting",
     "reference_tau", "best_run", "best_tau", "replaces"} (None where not measured)."""
     setting = measured_setting(results, setting) or setting
-    ref = results.references if results.references is not None else None
-    ref = ref[(ref["reference"] == reference) & (ref["setting"] == setting)] \
-        if ref is not None and len(ref) else None
+    ref = results.references
+    ref = ref[(ref["reference"] == reference) & (ref["setting"] == setting)]
     live = results.live
     finals = live[(live["setting"] == setting) & live["final"]
                   & live["run"].isin(results.done)] if len(live) else live
     out: dict[str, Any] = {"setting": setting, "reference_tau": None, "best_run": None,
                            "best_tau": None, "replaces": None}
-    if ref is None or not len(ref):
+    if not len(ref):
         out["text"] = (f"No reference drafter {reference!r} measured at {setting} "
                        f"(bench/study_gpu.py reference).")
         return out

@@ -30,7 +30,7 @@ Stages (each a subcommand; WORK is the study's work directory on the device):
     python -P bench/study_gpu.py data --work W --target T --prompts 90000 --deadline-s 560
     python -P bench/study_gpu.py weak --work W --device cuda --config CONFIG   (same as plan's)
     python -P bench/study_gpu.py plan --work W --config data/studies/h200-grok/config.json
-    python -P bench/study_gpu.py train --work W --jobs 4 --warm-first 300 --deadline-s 560
+    python -P bench/study_gpu.py train --work W --jobs 6 --live-jobs 5 --deadline-s 1080
     python -P bench/study_gpu.py collect --work W --dest $OUT/results
 
 On a CPU, tiny sizes check every path (tests/test_bench_study_gpu.py).
@@ -127,6 +127,62 @@ def tail(path: Path, n: int = 600) -> str:
         return path.read_text(errors="replace")[-n:].replace("\n", " | ")
     except OSError:
         return "(no log)"
+
+
+#: seconds a run needs beyond its training steps: a start on inductor's warm cache (~21 s to
+#: the first step, measured on the H200 beside five runs) and its final drafter's live decode
+#: (three shapes, ~20 s each beside other runs); `finish_estimate`'s default margin
+FINISH_MARGIN_S = 90.0
+
+
+def _metrics_ends(metrics: Path) -> tuple[dict | None, dict | None]:
+    """The first logged train line and the last line of a run's metrics.jsonl (None, None
+    when there is none yet). A line cut by a write in progress is skipped."""
+    if not metrics.is_file():
+        return None, None
+    first = last = None
+    with open(metrics) as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if first is None and row.get("train"):
+                first = row
+            last = row
+    return first, last
+
+
+def observed_rate(metrics: Path, *, min_span_s: float = 30.0) -> float | None:
+    """Tokens per second a run has made since its first logged train step (its start and
+    compile left out); None until it has logged over `min_span_s` seconds past it."""
+    first, last = _metrics_ends(metrics)
+    if first is None or last is None:
+        return None
+    span = float(last["wall_s"]) - float(first["wall_s"])
+    return (float(last["tokens"]) - float(first["tokens"])) / span if span >= min_span_s \
+        else None
+
+
+def finish_estimate(arm: dict, running: list[dict], *,
+                    margin_s: float = FINISH_MARGIN_S) -> float | None:
+    """Seconds `arm` (a study.json arm) would take to finish training and decode its final
+    drafter if started now: its tokens left over the slowest rate the running runs of its
+    kind (states cached on the GPU or not) make now (any running run's, when none is of its
+    kind), plus `margin_s`. None when no running run has logged long enough to tell.
+    Prevents starting a run that the deadline stops: its checkpoints do not travel, so its
+    work is lost, and it slows every run beside it (the study's session 5 on the H200: two
+    such runs held the candidate run back past the deadline)."""
+    rates = [(bool(r["train"].get("states_cache")),
+              observed_rate(Path(r["train"]["out"]) / "metrics.jsonl")) for r in running]
+    rates = [(c, v) for c, v in rates if v]
+    kind = bool(arm["train"].get("states_cache"))
+    pool = [v for c, v in rates if c == kind] or [v for _, v in rates]
+    if not pool:
+        return None
+    _, last = _metrics_ends(Path(arm["train"]["out"]) / "metrics.jsonl")
+    left = float(arm["train"]["max_tokens"]) - float(last["tokens"] if last else 0)
+    return max(left, 0.0) / min(pool) + margin_s
 
 
 def eagle3lab(*args: str) -> list[str]:
@@ -287,7 +343,17 @@ def stage_train(args) -> int:
     study = read_study(study_dir)
     arms = study["arms"][:args.limit_runs] if args.limit_runs else study["arms"]
     if args.only:
-        arms = [a for a in arms if a["name"] in set(args.only.split(","))]
+        from eagle3lab.errors import UserError
+
+        names = [n for n in args.only.split(",") if n]
+        known = {a["name"]: a for a in arms}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise UserError(f"--only: no run named {', '.join(unknown)} in "
+                            f"{study_dir / 'study.json'} ({len(known)} runs planned; their "
+                            f"names are its arms' \"name\" fields).")
+        arms = [known[n] for n in dict.fromkeys(names)]  # in the order given
+    by_name = {a["name"]: a for a in arms}
     cfg_dir = work / "configs"
     cfg_dir.mkdir(exist_ok=True)
     running: dict[str, tuple[subprocess.Popen, object]] = {}
@@ -339,6 +405,14 @@ def stage_train(args) -> int:
         while queue and len(running) < (1 if warming else args.jobs) and \
                 deadline.left() > 60:
             a = queue.pop(0)
+            need = finish_estimate(a, [by_name[n] for n in running],
+                                   margin_s=args.finish_margin_s) \
+                if deadline.end is not None and args.finish_margin_s >= 0 else None
+            if need is not None and need > deadline.left():
+                log(f"not started: {a['name']} would need ~{need:.0f} s (its tokens left at "
+                    f"the rate runs like it make now, then its final decode); "
+                    f"{deadline.left():.0f} s left")
+                continue
             cfgp = cfg_dir / f"{a['name']}.json"
             resume = (Path(a["train"]["out"]) / "run.json").is_file()
             cfgp.write_text(json.dumps({**a["train"], "device": args.device,
@@ -570,12 +644,23 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--live-jobs", type=int, default=2,
                    help="finished runs decoded live at once (each its own process)")
     t.add_argument("--limit-runs", type=int, default=None, help="only the first N planned runs")
-    t.add_argument("--only", default=None, help="comma-separated run names")
+    t.add_argument("--only", default=None,
+                   help="comma-separated run names, started in this order (default: every "
+                   "planned run, in the plan's order)")
     t.add_argument("--keep-checkpoints", action="store_true")
     t.add_argument("--warm-first", type=float, default=0.0, metavar="SECONDS",
                    help="start one run alone and the others once it has logged a step (or "
                    "after SECONDS): its compile fills inductor's disk cache for the rest, "
-                   "instead of every run compiling the same kernels at once (0: all at once)")
+                   "instead of every run compiling the same kernels at once (0: all at once, "
+                   "the default; on the H200 one run alone took 280 s to its first step, six "
+                   "at once 245 s: the compile is serial per process, so waiting gains "
+                   "nothing there)")
+    t.add_argument("--finish-margin-s", type=float, default=FINISH_MARGIN_S,
+                   metavar="SECONDS",
+                   help="with --deadline-s, a run is started only if its tokens left, at the "
+                   "rate the running runs of its kind make, plus this margin (its start and "
+                   "final live decode) fit before the deadline; negative: start every run "
+                   f"(default {FINISH_MARGIN_S:g})")
     t.add_argument("--retrain-undecoded", action="store_true",
                    help="train again the runs an earlier session finished but did not decode "
                    "live (their checkpoints did not travel), for their live tau")

@@ -215,3 +215,68 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     assert "2/2 runs finished, 2 decoded live" in out and "failed" not in out
     live = json.loads((w3 / "study/runs/data-all-wd0.01-s0/live.json").read_text())
     assert live["complete"] is True and live["rows"][-1]["fraction"] == 1.0
+
+
+def _study_gpu():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("study_gpu", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_run_the_deadline_would_stop_is_not_started(tmp_path):
+    """Session 5 on the H200, replayed from its committed metrics: at 06:26:39 (298 s after
+    the five runs beside the first started, 496 s before the deadline) train started
+    data-6M-wd0.01-s1 and data-all-wd0.01-s1, neither of which could finish; they slowed
+    the candidate run, which the deadline then stopped too. The estimate from the runs'
+    own metrics at that moment would not start them, and would start a cached 0.1M run."""
+    sg = _study_gpu()
+    src = Path(__file__).resolve().parents[1] / "data/studies/h200-grok/session-5/runs"
+    study = json.loads((src.parent / "study.json").read_text())
+    arms = {a["name"]: a for a in study["arms"]}
+
+    def at(name: str, wall_s: float) -> dict:
+        """The arm with its metrics as they stood `wall_s` seconds into its run."""
+        out = tmp_path / name
+        out.mkdir(exist_ok=True)
+        rows = [ln for ln in (src / name / "metrics.jsonl").read_text().splitlines()
+                if json.loads(ln)["wall_s"] <= wall_s]
+        (out / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+        return {**arms[name], "train": {**arms[name]["train"], "out": str(out)}}
+
+    running = [at("long-400k-48M-wd0.01-s0", 298), at("long-all-32M-wd0.01-s0", 298)]
+    uncached = sg.finish_estimate({**arms["data-6M-wd0.01-s1"], "train": {
+        **arms["data-6M-wd0.01-s1"]["train"], "out": str(tmp_path / "none")}}, running)
+    rate_all = sg.observed_rate(Path(running[1]["train"]["out"]) / "metrics.jsonl")
+    assert 20_000 < rate_all < 40_000  # the candidate, uncached, beside five runs
+    assert uncached == pytest.approx(16_000_000 / rate_all + sg.FINISH_MARGIN_S)
+    assert uncached > 496  # not started
+    cached = sg.finish_estimate({**arms["data-100k-wd0.01-s1"], "train": {
+        **arms["data-100k-wd0.01-s1"]["train"], "out": str(tmp_path / "none")}}, running)
+    assert cached < 496  # the cached 0.4M run's rate: it fits
+    # a resumed run counts only its tokens left; too early to tell: None (it starts)
+    half = at("data-6M-wd0.01-s1", 200)
+    assert sg.finish_estimate(half, running) < uncached
+    assert sg.finish_estimate(half, [at("long-all-32M-wd0.01-s0", 25)]) is None
+
+
+def test_only_names_runs_of_the_plan(tmp_path):
+    """`train --only`: a name the plan lacks is one line naming it (it was dropped without a
+    word, and the run it meant never trained); known names are queued."""
+    study = tmp_path / "w" / "study"
+    study.mkdir(parents=True)
+    plan = json.loads((Path(__file__).resolve().parents[1]
+                       / "data/studies/h200-grok/study.json").read_text())
+    for a in plan["arms"]:  # nothing of the device's paths here: every run unfinished
+        a["train"]["out"] = str(tmp_path / "runs" / a["name"])
+    (study / "study.json").write_text(json.dumps(plan))
+    r = subprocess.run([sys.executable, "-P", str(SCRIPT), "train", "--work", tmp_path / "w",
+                        "--only", "long-all-32M-wd0.01-s0,long-all-23M", "--deadline-s", "1"],
+                       capture_output=True, text=True, timeout=300, env=ENV)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "--only: no run named long-all-23M in" in r.stdout + r.stderr
+    out = _run("train", "--work", tmp_path / "w", "--deadline-s", 1,
+               "--only", "long-all-32M-wd0.01-s0,data-100k-wd0.01-s1")
+    assert "2 runs to train, 0 to decode live" in out

@@ -547,6 +547,9 @@ class Comparison:
     gap: float  # a - b
     spread: float | None  # the larger of the two arms' min-max ranges (None: one seed)
     seeds: int  # the fewer seeds of the two with this metric
+    #: where the spread was measured when one of the two arms has a single seed: the other
+    #: data sizes' seeds (`with_borrowed_spread`); None: the two arms' own seeds
+    spread_from: str | None = None
 
     @property
     def decisive(self) -> bool | None:
@@ -555,8 +558,29 @@ class Comparison:
     def uncertainty(self) -> str:
         if self.spread is None:
             return "one seed: spread unknown"
-        return (f"gap {abs(self.gap):.3g} {'beyond' if self.decisive else 'within'} the seed "
-                f"spread {self.spread:.3g} over {self.seeds} seeds")
+        side = "beyond" if self.decisive else "within"
+        if self.spread_from is not None:
+            return (f"gap {abs(self.gap):.3g} {side} the largest seed spread measured, "
+                    f"{self.spread:.3g} ({self.spread_from})")
+        return (f"gap {abs(self.gap):.3g} {side} the seed spread {self.spread:.3g} over "
+                f"{self.seeds} seeds")
+
+
+def with_borrowed_spread(c: Comparison, rows) -> Comparison:
+    """`c` unchanged when its arms have their own seed spread; else the largest min-max
+    range of `c.metric` over the `rows` (equal_compute_table rows) that have two or more
+    seeds, named in `spread_from`: one arm's single seed does not leave the verdict without
+    an uncertainty when other data sizes measured how far seeds go apart."""
+    if c.spread is not None or f"{c.metric}_n" not in rows:
+        return c
+    seeded = rows[rows[f"{c.metric}_n"] >= 2]
+    if not len(seeded):
+        return c
+    ranges = seeded[f"{c.metric}_max"] - seeded[f"{c.metric}_min"]
+    seeds = int(seeded[f"{c.metric}_n"].min())
+    sizes = ", ".join(_short(float(t)) for t in seeded["unique_tokens"])
+    return dataclasses.replace(c, spread=float(ranges.max()), seeds=seeds,
+                               spread_from=f"{seeds} seeds at {sizes}; one at the other sizes")
 
 
 def compare(a, b, metric: str) -> Comparison | None:
@@ -665,8 +689,9 @@ def verdict(results: AtScaleResults, *, setting: str = MAIN_SETTING,
         out["sentences"] = [out["text"]]
         return out
     less, more = core.iloc[0], core.iloc[-1]
-    main = compare(more, less, primary)
+    main = with_borrowed_spread(compare(more, less, primary), core)
     loss = compare(more, less, "eval_loss_mean")
+    loss = loss if loss is None else with_borrowed_spread(loss, core)
     more_wins = _better(primary) * main.gap > 0
     # "beat" only beyond the seed spread; with one seed the leader "came out ahead"
     verb = "beat" if main.decisive else "came out ahead of"
@@ -758,6 +783,7 @@ def verdict(results: AtScaleResults, *, setting: str = MAIN_SETTING,
     out.update(text=text, sentences=sentences, more_data=float(more["unique_tokens"]),
                less_data=float(less["unique_tokens"]), more=main.a, less=main.b,
                gap=main.gap, seed_spread=main.spread, seeds=main.seeds,
+               seed_spread_from=main.spread_from,
                decisive=main.decisive, more_data_wins=bool(more_wins))
     return out
 

@@ -28,7 +28,8 @@ from eagle3lab.study.atscale_read import (FINAL_METRICS, against_reference, comp
                                           equal_compute_table,
                                           final_values, fit_tau_curve, load_results,
                                           open_results, plan_budget, planner_points,
-                                          plateau_check, summary_numbers, tokens_for, verdict)
+                                          plateau_check, summary_numbers, tokens_for, verdict,
+                                          _short)
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 SHIPPED = Path(__file__).resolve().parents[2] / "data" / "drafters" / "smollm2-135m-instruct"
@@ -260,7 +261,7 @@ def test_less_data_winning_a_tie_and_one_seed_are_said_so(tmp_path):
     assert v["decisive"] is False and "tie within seed noise" in v["text"]
     assert "within the seed spread" in v["text"] and "no late drop" in v["text"]
     # the second seeds not run yet: one seed, spread unknown; missing runs are listed
-    skip = ["data-0.1k-wd0.01-s1", "data-1.6k-wd0.01-s1"]
+    skip = ["data-0.1k-wd0.01-s1", "data-0.4k-wd0.01-s1", "data-1.6k-wd0.01-s1"]
     one = load_results(_synthetic_study(tmp_path / "one", noise=0.01, tau_of=_more_data_wins,
                                         skip=skip))
     assert set(one.arms.loc[one.arms["status"] == "missing", "run"]) == set(skip)
@@ -277,7 +278,17 @@ def test_less_data_winning_a_tie_and_one_seed_are_said_so(tmp_path):
     big2, big3 = (x[x["arm"] == "data-1.6k-wd0.01"].iloc[0] for x in (t2, t3))
     assert (big2["seeds"], big2["tau@5,1,6_n"]) == (2, 2)
     assert (big3["seeds"], big3["tau@5,1,6_n"], big3["eval_loss_mean_n"]) == (2, 1, 2)
-    assert "one seed: spread unknown" in verdict(load_results(tmp_path / "less"))["text"]
+    # the largest arm's second seed not decoded: the spread the other sizes' seeds
+    # measured stands in for its own, and says where it comes from
+    v3 = verdict(load_results(tmp_path / "less"))
+    assert v3["seed_spread"] == pytest.approx(t3.loc[t3["arm"] == "data-0.4k-wd0.01",
+                                                     "tau@5,1,6_max"].iloc[0]
+                                              - t3.loc[t3["arm"] == "data-0.4k-wd0.01",
+                                                       "tau@5,1,6_min"].iloc[0])
+    assert v3["decisive"] is True and v3["seed_spread_from"] == (
+        "2 seeds at 100, 400; one at the other sizes")
+    assert "beyond the largest seed spread measured, 0.02 (2 seeds at 100, 400; one at " \
+        "the other sizes)" in v3["text"]
     assert "more data (1.6k unique answer tokens) came out ahead of longer training" in v["text"]
 
 
@@ -529,7 +540,12 @@ def test_real_study_table_verdict_and_planner(real_study):
     assert v["metric"] == "live tau at 2,1,3"
     full = table[table["arm"] == "data-all-wd0.01"].iloc[0]
     wins = full["tau@2,1,3"] > half["tau@2,1,3"]
-    assert v["more_data_wins"] == wins and "one seed: spread unknown" in v["text"]
+    assert v["more_data_wins"] == wins
+    # the whole pool has one seed: the half arm's two seeds give the spread, named as such
+    assert v["seed_spread"] == pytest.approx(half["tau@2,1,3_max"] - half["tau@2,1,3_min"])
+    assert v["seed_spread_from"] == (f"2 seeds at {_short(float(half['unique_tokens']))}; "
+                                     "one at the other sizes")
+    assert v["decisive"] == (abs(full["tau@2,1,3"] - half["tau@2,1,3"]) > v["seed_spread"])
     assert ("tie exactly" in v["text"]) == (full["tau@2,1,3"] == half["tau@2,1,3"])
     assert f"{full['tau@2,1,3']:.2f} vs {half['tau@2,1,3']:.2f}" in v["text"]
     pts = planner_points(res, setting="2,1,3")

@@ -36,12 +36,24 @@ fastest configuration for plain decoding as well (measured on a 2-core EPYC: pla
 28-30 ms vs 45-48 ms in fp32). In bf16 a multi-token verify rounds differently from
 one-token steps, so outputs may leave plain greedy after a near tie ("same" column); fp32
 is exact. (-P keeps bench/ off sys.path.)
+
+Results are reported as they come, so that a run stopped part-way (`timeout`) keeps what
+it measured: each line is printed (and flushed) when it is known; within a setting, plain
+and speculative decoding are interleaved prompt by prompt, and the cumulative counts so
+far (tokens and decode seconds of each side, their ratio from those counts, the warm-up)
+are printed to stderr after the first prompt and then every SAVE_EVERY_S seconds. With
+`--json`, the file is rewritten whole (a temporary file, then renamed over it) at the
+start, at each such point and after each section, with `"complete": false` and the
+setting under way in `"in_progress"`; at the end `"complete": true`. Warm-up: the seconds
+the static engine spent capturing step graphs (torch.compile included: a slow compile
+shows here), left out of the timed decode, per setting (`warmup` in the JSON).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -49,6 +61,19 @@ from pathlib import Path
 
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+#: within a setting, the counts so far are printed and saved at most this often (seconds;
+#: and always after the first prompt and the last)
+SAVE_EVERY_S = 10.0
+
+
+def save_json(path: str | os.PathLike, obj: dict) -> None:
+    """Write `obj` to `path` whole or not at all (`atomic_write_text`: a temporary file
+    beside it, renamed over it; a run killed mid-write leaves the previous version)."""
+    from eagle3lab.fsutil import atomic_write_text
+
+    atomic_write_text(path, json.dumps(obj, indent=2, default=str))
+
 
 SHAPES = {
     "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
@@ -125,15 +150,15 @@ def hf_generate_rate(target, prompts: list[list[int]], max_new_tokens: int) -> d
             torch.cuda.synchronize()
         return time.perf_counter() - t
 
-    gen(prompts[0], max_new_tokens)  # warm-up (and compilation)
-    gen(prompts[0], 1)
+    warm = gen(prompts[0], max_new_tokens)  # warm-up (and compilation)
+    warm += gen(prompts[0], 1)
     full = one = 0.0
     for ids in prompts:
         full += gen(ids, max_new_tokens)
         one += gen(ids, 1)
     tokens = len(prompts) * (max_new_tokens - 1)
     return {"prompts": len(prompts), "decode_s": full - one,
-            "tokens_per_s": tokens / (full - one) if full > one else 0.0}
+            "tokens_per_s": tokens / (full - one) if full > one else 0.0, "warmup_s": warm}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="memory bandwidth in GB/s for the limit (H200: 4800)")
     ap.add_argument("--json", default=None, help="also write all results to this file")
     args = ap.parse_args(argv)
+    if args.json and Path(args.json).is_dir():
+        ap.error(f"--json {args.json}: a directory; give the file to write")
 
     import torch
 
@@ -194,10 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"target {tgt.name} on {tgt.device} ({args.dtype}, "
           f"{args.threads or torch.get_num_threads()} threads); drafter {draft}; engine "
           f"{engine}; {args.limit} {args.prompts} prompts x {args.max_new_tokens} new tokens, "
-          f"greedy")
+          f"greedy", flush=True)
     t_bytes = weight_bytes(tgt.model)
     everything: dict = {"target": tgt.describe(), "engine": engine, "settings": [],
-                        "target_weight_bytes": t_bytes}
+                        "target_weight_bytes": t_bytes, "complete": False}
+
+    def save() -> None:
+        if args.json:
+            save_json(args.json, everything)
+
+    save()
     bw = args.hbm_gbs * 1e9
     if gpu:
         from eagle3lab.specdec.load import load_engine
@@ -205,25 +238,53 @@ def main(argv: list[str] | None = None) -> int:
         # the drafter as the engines hold it (same for every setting)
         d_bytes = drafter_bytes(load_engine(target=tgt, draft=str(draft)).drafter.model)
         print(f"bandwidth limit: target weights {t_bytes / 1e9:.2f} GB per step -> plain "
-              f"<= {bw / t_bytes:.0f} tok/s at {args.hbm_gbs:.0f} GB/s")
+              f"<= {bw / t_bytes:.0f} tok/s at {args.hbm_gbs:.0f} GB/s", flush=True)
     if args.hf_baseline:
         plist = [ids for _, ids in prompt_ids(tgt.tokenizer, args.prompts, args.hf_prompts,
                                               4096)][:args.hf_prompts]
         hf = hf_generate_rate(tgt, plist, args.max_new_tokens)
         everything["hf_static_generate"] = hf
         print(f"HF generate, static cache{' + compiled decode' if gpu else ''}: "
-              f"{hf['tokens_per_s']:.1f} tok/s plain ({hf['prompts']} prompts)")
+              f"{hf['tokens_per_s']:.1f} tok/s plain ({hf['prompts']} prompts; warm-up "
+              f"{hf['warmup_s']:.1f} s)", flush=True)
+        save()
     common = dict(target=tgt, prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                   threads=args.threads, progress=False)
     fast = dict(engine=engine, compile=args.compile)
     print(f"{'S,K,D':>8} {'tau':>6} {'plain tok/s':>11} {'spec tok/s':>10} {'ratio':>6} "
           f"{'predicted':>9} {'meas/pred':>9} {'ceiling':>7} {'same':>5}  "
-          f"cumulative acceptance by position")
+          f"cumulative acceptance by position", flush=True)
     for s in args.settings:
         steps, topk, d = (int(x) for x in s.split(","))
         shape = dict(steps=steps, topk=topk, draft_tokens=d)
         arm = [Arm("draft", str(draft))]
-        r = measure_acceptance(arms=arm, limit=args.limit, **fast, **shape, **common)
+        t_setting = time.perf_counter()
+        everything["in_progress"] = {"setting": s, "section": "batch1", "prompts_done": 0,
+                                     "elapsed_s": 0.0}
+        save()
+        last_save = [0.0]
+
+        def on_progress(c: dict, s=s, t_setting=t_setting, last_save=last_save) -> None:
+            now = time.perf_counter()
+            done, n = c["prompts_done"], c["prompts"]
+            if not (done == 1 or done == n or now - last_save[0] >= SAVE_EVERY_S):
+                return
+            last_save[0] = now
+            p, a = c["plain"], c["arms"][0]
+            everything["in_progress"] = {"setting": s, "section": "batch1",
+                                         "elapsed_s": now - t_setting, **c}
+            ratio = a["speedup_measured"] or 0.0
+            print(f"{s:>8} {done}/{n} prompts: plain {p['completion_tokens']} tokens in "
+                  f"{p['decode_s']:.2f} s ({p['tokens_per_s']:.1f} tok/s), spec "
+                  f"{a['completion_tokens']} in {a['decode_s']:.2f} s ({a['tokens_per_s']:.1f}"
+                  f" tok/s), ratio {ratio:.2f}, tau {a['tau']:.2f}; warm-up (graph captures"
+                  f" + compiles) {p['capture_s'] + a['capture_s']:.1f} s; "
+                  f"{now - t_setting:.0f} s since the setting began", file=sys.stderr,
+                  flush=True)
+            save()
+
+        r = measure_acceptance(arms=arm, limit=args.limit, **fast, **shape, **common,
+                               on_progress=on_progress)
         a = r["arms"][0]
         st = a["stats"]
         cum = " ".join(f"{v:.2f}" for v in st["acceptance_cumulative"])
@@ -231,11 +292,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{s:>8} {st['tau']:6.2f} {r['plain']['tokens_per_s']:11.2f} "
               f"{st['tokens_per_s']:10.2f} {ratio:6.2f} {a['speedup_predicted']:9.2f} "
               f"{ratio / a['speedup_predicted'] if a['speedup_predicted'] else 0:9.2f} "
-              f"{a['speedup_ceiling']:7.2f} {a['matches_plain']:>2}/{r['requests']:<2}  {cum}")
+              f"{a['speedup_ceiling']:7.2f} {a['matches_plain']:>2}/{r['requests']:<2}  {cum}",
+              flush=True)
         print(f"{'':>8} step costs: plain {r['plain']['step_s'] * 1e3:.2f} ms/token, verify "
               f"{a['verify_step_s'] * 1e3:.2f} ms, drafting {a['draft_per_verify_s'] * 1e3:.2f}"
-              f" ms per verify step; histogram {st['accept_histogram']}")
-        row = {"setting": s, "batch1": r}
+              f" ms per verify step; histogram {st['accept_histogram']}", flush=True)
+        pl = r["plain"]
+        warm = {"plain_capture_s": pl["capture_s"], "plain_captures": pl["captures"],
+                "spec_capture_s": a["capture_s"], "spec_captures": a["captures"],
+                "plain_decode_s": pl["decode_s"], "spec_decode_s": st["decode_s"],
+                "wall_s": time.perf_counter() - t_setting}
+        print(f"{'':>8} warm-up (graph captures + compiles, left out of tok/s): "
+              f"{pl['capture_s'] + a['capture_s']:.1f} s (plain {pl['capture_s']:.1f} s, "
+              f"{pl['captures']} graphs; spec {a['capture_s']:.1f} s, {a['captures']} "
+              f"graphs); timed decode: plain {pl['decode_s']:.1f} s, spec "
+              f"{st['decode_s']:.1f} s; setting wall {warm['wall_s']:.0f} s", flush=True)
+        row = {"setting": s, "batch1": r, "warmup": warm}
+        everything["settings"].append(row)
+        everything["in_progress"] = {"setting": s, "section": "done", "elapsed_s":
+                                     time.perf_counter() - t_setting}
+        save()
         if gpu:
             plain_lim = bw / t_bytes
             spec_lim = st["tau"] * bw / (t_bytes + steps * d_bytes)
@@ -244,8 +320,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'':>8} vs the bandwidth limit: plain {r['plain']['tokens_per_s']:.0f} of "
                   f"{plain_lim:.0f} tok/s ({r['plain']['tokens_per_s'] / plain_lim:.0%}), spec "
                   f"{st['tokens_per_s']:.0f} of {spec_lim:.0f} ({st['tokens_per_s'] / spec_lim:.0%}"
-                  f"; drafter {d_bytes / 1e6:.0f} MB x {steps} forwards per verify)")
+                  f"; drafter {d_bytes / 1e6:.0f} MB x {steps} forwards per verify)", flush=True)
+            save()
         if args.batch_size > 1:
+            everything["in_progress"]["section"] = "batch"
+            save()
             rb = measure_acceptance(arms=arm, limit=args.limit, batch_size=args.batch_size,
                                     **fast, **shape, **common)
             runs = {x["name"]: x for x in rb["batch"]["runs"]}
@@ -256,9 +335,12 @@ def main(argv: list[str] | None = None) -> int:
                   f" acceptance measured at {60 * rb['requests'] / rb['seconds']:.1f} "
                   f"prompts/min ({rb['seconds']:.1f} s for {rb['requests']}; graph captures "
                   f"{runs['plain']['capture_s']:.1f} s plain, {runs['draft']['capture_s']:.1f}"
-                  f" s spec, left out of tok/s)")
+                  f" s spec, left out of tok/s)", flush=True)
             row["batch"] = rb
+            save()
         if args.compare_eager:
+            everything["in_progress"]["section"] = "eager"
+            save()
             re_ = measure_acceptance(arms=arm, limit=args.compare_eager, engine="eager",
                                      **shape, **common)
             rate_e = 60 * re_["requests"] / re_["seconds"]
@@ -269,12 +351,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{rate_s:.1f} prompts/min vs eager {rate_e:.2f} prompts/min "
                   f"({re_['requests']} prompts): x{rate_s / rate_e:.1f}; eager tau "
                   f"{re_['arms'][0]['stats']['tau']:.2f}, plain {re_['plain']['tokens_per_s']:.1f}"
-                  f" tok/s, spec {re_['arms'][0]['stats']['tokens_per_s']:.1f} tok/s")
+                  f" tok/s, spec {re_['arms'][0]['stats']['tokens_per_s']:.1f} tok/s",
+                  flush=True)
             row["eager"] = re_
-        everything["settings"].append(row)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(everything, f, indent=2, default=str)
+            save()
+    everything.pop("in_progress", None)
+    everything["complete"] = True
+    save()
     return 0
 
 

@@ -63,6 +63,11 @@ def test_bad_input_is_one_line_not_a_traceback(tokenizer_dir, tmp_path, monkeypa
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert code == 1 and err.startswith(f"bench/accept.py: error: Target '{tmp_path / 'absent'}'"
                                         " does not exist.")
+    r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--json", str(tmp_path), *args],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].endswith(
+        f"error: --json {tmp_path}: a directory; give the file to write")
     tok = tmp_path / "tok"
     shutil.copytree(tokenizer_dir, tok)
     (tok / "config.json").write_text('{"model_type": "lla')  # truncated
@@ -77,3 +82,74 @@ def test_bad_input_is_one_line_not_a_traceback(tokenizer_dir, tmp_path, monkeypa
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert code == 2 and err.startswith("bench/accept.py: unexpected error: OSError: ")
     assert "config.json" in err and "[in bench/accept.py:" in err and "EAGLE3LAB_DEBUG=1" in err
+
+
+@pytest.mark.slow
+def test_partial_results_survive_a_stop(tokenizer_dir, tmp_path, monkeypatch, capsys):
+    """A run stopped part-way (here: an exception raised by the JSON writer once the first
+    prompt's counts are saved; in life `timeout`) leaves a whole JSON file with
+    `complete: false` and the counts measured so far (plain and speculative tokens and
+    decode seconds, their ratio from those counts); a run that ends rewrites it with
+    `complete: true`, the setting's row and its warm-up apart from the timed decode. The
+    real path: the static engine (eager on the CPU), the tiny random target of `--shape`."""
+    import importlib.util
+    import shutil
+
+    tok = tmp_path / "tok"
+    shutil.copytree(tokenizer_dir, tok)
+    (tok / "config.json").write_text("{}")  # a directory the target resolver accepts
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script puts the repo first
+    spec = importlib.util.spec_from_file_location("bench_accept", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "SAVE_EVERY_S", 0.0)  # every prompt's counts are saved
+
+    class Stop(Exception):
+        pass
+
+    real_save, saved, stop = script.save_json, [], [True]
+
+    def save_then_maybe_stop(path, obj):
+        real_save(path, obj)
+        saved.append(json.loads(Path(path).read_text()))
+        if stop[0] and obj.get("in_progress", {}).get("prompts_done") == 1:
+            raise Stop
+
+    monkeypatch.setattr(script, "save_json", save_then_maybe_stop)
+    out = tmp_path / "r.json"
+    args = ["--target", str(tok), "--shape", "tiny", "--limit", "2", "--max-new-tokens", "4",
+            "--settings", "2,1,3", "--engine", "static", "--json", str(out)]
+    with pytest.raises(Stop):
+        script.main(args)
+    res = json.loads(out.read_text())
+    assert res["complete"] is False and res["settings"] == [] and res["engine"] == "static"
+    now = res["in_progress"]
+    assert (now["setting"], now["prompts_done"], now["prompts"]) == ("2,1,3", 1, 2)
+    plain, arm = now["plain"], now["arms"][0]
+    assert plain["completion_tokens"] >= 1 and arm["completion_tokens"] >= 1
+    assert plain["decode_s"] > 0 and arm["decode_s"] > 0
+    assert arm["speedup_measured"] == pytest.approx(
+        (arm["completion_tokens"] / arm["decode_s"])
+        / (plain["completion_tokens"] / plain["decode_s"]))
+    assert plain["capture_s"] == 0.0 and arm["captures"] == 0  # no graphs off a GPU
+    assert not list(tmp_path.glob(".*.tmp"))  # written whole, then renamed
+    first = capsys.readouterr()
+    assert "S,K,D" in first.out and "step costs" not in first.out  # header, no row yet
+    assert "2,1,3 1/2 prompts: plain " in first.err
+
+    stop[0], saved[:] = False, []
+    assert script.main(args) == 0
+    res = json.loads(out.read_text())
+    assert res["complete"] is True and "in_progress" not in res
+    assert [s["complete"] for s in saved] == [False] * (len(saved) - 1) + [True]
+    row = res["settings"][0]
+    warm, r = row["warmup"], row["batch1"]
+    assert warm["plain_decode_s"] == r["plain"]["decode_s"] > 0
+    assert warm["spec_decode_s"] == r["arms"][0]["stats"]["decode_s"] > 0
+    assert warm["plain_capture_s"] == warm["spec_capture_s"] == 0.0 and warm["wall_s"] > 0
+    last = [s["in_progress"] for s in saved if s.get("in_progress", {}).get("prompts_done")]
+    assert last[-1]["prompts_done"] == 2
+    assert last[-1]["plain"]["completion_tokens"] == r["plain"]["completion_tokens"]
+    assert last[-1]["arms"][0]["decode_s"] == r["arms"][0]["stats"]["decode_s"]
+    done = capsys.readouterr().out
+    assert "step costs" in done and "warm-up (graph captures + compiles" in done

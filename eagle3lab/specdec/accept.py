@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from eagle3lab.config import DEFAULT_TARGET
 from eagle3lab.data.prompts import chat_prompt_ids, load_prompts
@@ -73,6 +73,7 @@ def measure_acceptance(
     temperature: float = 0.0, seed: int = 0, device: str = "auto", dtype: str = "float32",
     threads: int = 0, progress: bool = True, engine: str = "eager", batch_size: int = 1,
     compile: bool = False, render_as: Any = None,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Decode `prompts` plainly and with each arm; return raw counts, rates and speedups.
 
@@ -91,6 +92,13 @@ def measure_acceptance(
     settings or Jinja file, `RenderSettings`: `eagle3lab.data.rendering.load_render_settings`;
     "trained": as the drafter's record says; None: the tokenizer's template, no system
     message); recorded as `result["rendering"]`.
+    on_progress(counts): called as the measurement advances, with the cumulative raw counts
+    so far (`progress_counts`), at batch size 1 after every prompt (plain and every arm
+    decoded it): a caller that saves them keeps what was measured when the run is
+    stopped (batched, the result only).
+    Warm-up: `result["plain"]["capture_s"]` and each arm's `capture_s` are the seconds its
+    static engine spent capturing step graphs (torch.compile included), `captures` how many
+    (0 for the eager engine); they are left out of decode_s and tokens/s.
     """
     import torch
 
@@ -102,7 +110,8 @@ def measure_acceptance(
                        max_new_tokens=max_new_tokens, steps=steps, topk=topk,
                        draft_tokens=draft_tokens, temperature=temperature, seed=seed,
                        device=device, dtype=dtype, progress=progress, engine=engine,
-                       batch_size=batch_size, compile=compile, render_as=render_as)
+                       batch_size=batch_size, compile=compile, render_as=render_as,
+                       on_progress=on_progress)
     finally:
         torch.set_num_threads(before)
     out["settings"]["threads"] = threads or before
@@ -111,7 +120,7 @@ def measure_acceptance(
 
 def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk,
              draft_tokens, temperature, seed, device, dtype, progress, engine,
-             batch_size, compile, render_as=None) -> dict[str, Any]:
+             batch_size, compile, render_as=None, on_progress=None) -> dict[str, Any]:
     # Everything that can be checked without the target is checked before loading it.
     for name, value in (("max_new_tokens", max_new_tokens), ("steps", steps), ("topk", topk)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -143,7 +152,8 @@ def _measure(*, target, draft, arms, prompts, limit, max_new_tokens, steps, topk
                        max_new_tokens=max_new_tokens, steps=steps, topk=topk,
                        draft_tokens=draft_tokens, temperature=temperature, seed=seed,
                        device=device, dtype=dtype, progress=progress, engine=engine,
-                       batch_size=batch_size, compile=compile, render_as=render_as)
+                       batch_size=batch_size, compile=compile, render_as=render_as,
+                       on_progress=on_progress)
     finally:
         _close_opened(arms, opened)
 
@@ -190,7 +200,7 @@ def _given(draft: Any) -> Any:
 
 def _decode(*, arms, opened, target, prompts, limit, max_new_tokens, steps, topk,
             draft_tokens, temperature, seed, device, dtype, progress, engine, batch_size,
-            compile, render_as=None) -> dict[str, Any]:
+            compile, render_as=None, on_progress=None) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     # lazy: a test patches eagle3lab.targets.adapter.load_target
@@ -244,12 +254,22 @@ def _decode(*, arms, opened, target, prompts, limit, max_new_tokens, steps, topk
         batch = {"size": batch_size, "runs": runs}
     else:
         # Interleaved: each prompt is decoded plainly, then by every arm, so that a change
-        # in machine load affects all of them alike (the ratios are what matter).
+        # in machine load affects all of them alike (the ratios are what matter). A static
+        # engine sizes its KV cache once, for the longest prompt: grown prompt by prompt,
+        # it would drop its captured graphs (and recompile each step with --compile).
+        longest = max((len(ids) for _, ids in plist), default=0)
+        for eng in [plain, *engines]:
+            if plist and hasattr(eng, "reserve"):
+                eng.reserve(longest, max_new_tokens)
         for i, (_, ids) in enumerate(tqdm(plist, desc="decode (plain + arms)",
                                           disable=not progress)):
             plain_results.append(plain.generate(ids, seed=seed + i, **kw))
             for j, eng in enumerate(engines):
                 arm_results[j].append(eng.generate(ids, seed=seed + i, **kw))
+            if on_progress is not None:
+                on_progress(progress_counts(len(plist), ("plain", plain, plain_results),
+                                            [(a.name, e, out) for a, e, out in
+                                             zip(arms, engines, arm_results)]))
     plain_stats = AcceptStats.from_results(plain_results)
     plain_steps = sum(max(r.completion_tokens - 1, 1) for r in plain_results)
     plain_step_s = plain_stats.decode_s / plain_steps
@@ -263,7 +283,7 @@ def _decode(*, arms, opened, target, prompts, limit, max_new_tokens, steps, topk
                      "device": str(tgt.device)},
         "plain": {"completion_tokens": plain_stats.completion_tokens,
                   "decode_s": plain_stats.decode_s, "tokens_per_s": plain_stats.tokens_per_s,
-                  "step_s": plain_step_s},
+                  "step_s": plain_step_s, **warmup(plain)},
         "arms": [],
     }
     if batch is not None:
@@ -287,10 +307,40 @@ def _decode(*, arms, opened, target, prompts, limit, max_new_tokens, steps, topk
                 tau=steps + 1, plain_step_s=plain_step_s, verify_step_s=verify_step,
                 draft_per_verify_s=draft_step),
             "verify_step_s": verify_step, "draft_per_verify_s": draft_step,
+            **warmup(eng),
             "per_request": per_request_records(plist, texts, results, plain_results,
                                                tgt.tokenizer),
         })
     out["seconds"] = time.time() - t0
+    return out
+
+
+def warmup(engine) -> dict[str, Any]:
+    """{"capture_s": seconds `engine` spent capturing step graphs so far (torch.compile
+    included: its warm-up, left out of decode_s), "captures": how many}; 0 for an engine
+    that captures nothing (the eager engine, or the static one off a GPU)."""
+    g = getattr(engine, "graphs", None)
+    return {"capture_s": getattr(g, "capture_s", 0.0), "captures": getattr(g, "captures", 0)}
+
+
+def progress_counts(prompts: int, plain: tuple, arms: list[tuple]) -> dict[str, Any]:
+    """A measurement's cumulative raw counts so far (what `on_progress` gets): plain and
+    arms are (name, engine, results so far); tokens/s and the ratios are taken from the
+    summed counts."""
+    def side(name, eng, results) -> dict[str, Any]:
+        st = AcceptStats.from_results(results)
+        return {"name": name, "requests": st.requests,
+                "completion_tokens": st.completion_tokens, "verify_ct": st.verify_ct,
+                "decode_s": st.decode_s, "tokens_per_s": st.tokens_per_s, **warmup(eng)}
+
+    p = side(*plain)
+    out = {"prompts": prompts, "prompts_done": p["requests"], "plain": p, "arms": []}
+    for arm in arms:
+        a = side(*arm)
+        a["tau"] = a["completion_tokens"] / a["verify_ct"] if a["verify_ct"] else 1.0
+        a["speedup_measured"] = (a["tokens_per_s"] / p["tokens_per_s"]
+                                 if p["tokens_per_s"] else None)
+        out["arms"].append(a)
     return out
 
 

@@ -112,6 +112,13 @@ class BatchedEngine:
         cuda = self.device.type == "cuda"
         self.graphs = Graphs(enabled=cuda if graphs is None else graphs and cuda,
                              compile=compile and cuda)
+        #: compiled at batch 1, the device-resident steps attend over the whole KV buffer
+        #: (`_step_kv_len`): torch.compile specialises on the span, and one compile per
+        #: 128-slot span bucket cost ~28 s each on the H200 (115 prompts x 256 tokens: 12
+        #: compiles, past a 420 s call). At batch 1 the whole buffer is a few percent of
+        #: a step's bytes (SmolLM2-135M: 12 MB of cache at 512 slots against 270 MB of
+        #: weights); at larger batches it is not, so they keep the buckets.
+        self.whole_span = self.graphs.compile and batch_size == 1
         self.tf = TargetForward(target, self.aux.capture_points if self.aux else [],
                                 features if drafter is not None else None)
         self.df = DrafterForward(drafter) if drafter is not None else None
@@ -126,6 +133,11 @@ class BatchedEngine:
             self.w_draft = max(steps + 1, topk * max(steps - 1, 1))
         self._tril: dict[Any, Any] = {}  # masks built once: tril(n), chain windows
         self._torch = torch
+        if drafter is not None:
+            # the verify/catch-up mask, made here rather than inside the first compiled
+            # step that reads it: made there, it changed what that step's guards had
+            # seen, and its next call (a graph's warm-up) compiled it a second time
+            self._tri(self.steps + 1)
 
     def swap_problem(self, drafter, capture_points: list[int] | None = None) -> str | None:
         """Why `swap_drafter` cannot take `drafter`, or None."""
@@ -192,8 +204,25 @@ class BatchedEngine:
                                              device=self.device).tril()
         return self._tril[n]
 
+    def _margin(self) -> int:
+        """Slots past a row's prompt and new tokens that a step may touch: a step may be in
+        flight for a row the host has not yet seen finish, so twice its span."""
+        return 2 * (self.draft_tokens + (self.w_draft if self.drafter is not None else 0)) + 2
+
+    def reserve(self, longest_prompt: int, max_new_tokens: int) -> None:
+        """Size the KV caches now for prompts of up to `longest_prompt` tokens and
+        `max_new_tokens` new ones, so that decoding prompts one at a time (`generate`) never
+        grows them: growing drops every captured graph, and with `compile` each step is
+        compiled again for the new buffer shape (torch.compile specialises on it)."""
+        self._ensure(longest_prompt + max_new_tokens + self._margin())
+
     def _kv_len(self, longest: int) -> int:
         return min(round_up(longest, KV_BUCKET), self.max_len)
+
+    def _step_kv_len(self, longest: int) -> int:
+        """A device-resident step's attention span: the whole buffer when `whole_span`
+        (one compile per step), else `_kv_len`'s bucket."""
+        return self.max_len if self.whole_span else self._kv_len(longest)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -231,9 +260,7 @@ class BatchedEngine:
             return []
         stops = self.stop_token_ids if stop_token_ids is None else set(stop_token_ids)
         seeds = list(seeds) if seeds is not None else [None] * len(prompts)
-        # a step may be in flight for a row the host has not yet seen finish: twice the span
-        margin = 2 * (self.draft_tokens + (self.w_draft if self.drafter is not None else 0)) + 2
-        self._ensure(max(len(p) for p in prompts) + max_new_tokens + margin)
+        self._ensure(max(len(p) for p in prompts) + max_new_tokens + self._margin())
         B = self.batch_size
         rows: list[_Row | None] = [None] * B
         results: list[GenerationResult | None] = [None] * len(prompts)
@@ -671,7 +698,7 @@ class BatchedEngine:
         c0 = self.graphs.capture_s
         t0 = self._mark()
         if self.drafter is None:
-            kv_len = self._kv_len(longest + 1)
+            kv_len = self._step_kv_len(longest + 1)
             nxt = self.graphs.run(("plain-greedy", kv_len), self._plain_fn,
                                   {"x": self._x, "L": self._L}, kv=self.kv_t.data,
                                   kv_len=kv_len)
@@ -679,7 +706,7 @@ class BatchedEngine:
             self._L.add_(self._live)
             res = nxt[:, None]
         else:
-            kv_len = self._kv_len(longest + self.draft_tokens)
+            kv_len = self._step_kv_len(longest + self.draft_tokens)
             chain = self.topk == 1
             acc, emitted, feats = self.graphs.run(
                 ("verify-greedy" if chain else "tree-verify", kv_len),
@@ -696,7 +723,7 @@ class BatchedEngine:
         t1 = self._mark()
         c1 = self.graphs.capture_s
         if self.drafter is not None:
-            kv_len = self._kv_len(longest + self.steps + 1 + self.w_draft)
+            kv_len = self._step_kv_len(longest + self.steps + 1 + self.w_draft)
             inputs = {"emitted": emitted, "feats": feats, "acc": acc, "L": self._L}
             if self.topk == 1:
                 self._drafts.copy_(self.graphs.run(("draft-greedy", kv_len), self._draft_fn,

@@ -243,13 +243,16 @@ class Graphs:
     before the same key replays again. `compile`: capture torch.compile'd functions
     (fused kernels; compiles once per shape, slow to start). `capture_s`: host seconds
     spent capturing (warm-up included, between device synchronisations), so that timings
-    can leave out this one-off cost, which a serving engine pays at its start."""
+    can leave out this one-off cost, which a serving engine pays at its start; `captures`:
+    how many graphs were captured (a graph dropped by `clear` and captured again counts
+    again)."""
 
     def __init__(self, enabled: bool, compile: bool = False):
         self.enabled, self.compile = enabled, compile
         self.graphs: dict[Any, tuple] = {}
         self._compiled: dict[tuple, Callable] = {}
         self.capture_s = 0.0
+        self.captures = 0
 
     def clear(self) -> None:
         self.graphs.clear()
@@ -285,6 +288,7 @@ class Graphs:
             entry = self.graphs[key] = (graph, inputs, out)
             torch.cuda.synchronize()
             self.capture_s += time.perf_counter() - t_capture
+            self.captures += 1
         graph, inputs, out = entry
         for k, v in tensors.items():
             inputs[k].copy_(v)

@@ -292,3 +292,70 @@ def test_on_step_streams_as_the_eager_engine(coin_pair, tiny_draft):
                 assert [t for tokens, _ in got for t in tokens] == res.output_ids
                 calls[engine] = got
             assert calls["static"] == calls["eager"]
+
+
+@pytest.mark.slow
+def test_compiled_steps_compile_once_per_step_shape(tiny_target, tiny_draft, tmp_path,
+                                                    monkeypatch):
+    """With `compile` (a GPU's path: each captured step torch.compile'd, dynamic=False), a
+    batch-1 measurement compiles each step once per step shape (its attention span,
+    kv_len) and no more: the KV buffer is sized once for the longest prompt (grown prompt
+    by prompt, its new shape recompiled every step: prompts of 41, 134, then 35 tokens
+    did), and no mask is first made inside a compiled step (which compiled the tree's
+    drafting step twice). Emulated on the CPU: `Graphs.run` calls the compiled step as a
+    GPU's capture does, with a backend that counts dynamo's compiles."""
+    import torch._dynamo
+
+    from eagle3lab.data.prompts import resolve_prompts_path
+    from eagle3lab.specdec import staticmodel
+
+    compiles, keys = Counter(), set()
+
+    def run(self, key, fn, tensors, **static):
+        name = fn.__name__
+        keys.add((name, key))
+        which = (fn.__func__, id(fn.__self__))
+        if which not in self._compiled:
+            def count(gm, example_inputs, name=name):
+                compiles[name] += 1
+                return gm.forward
+
+            self._compiled[which] = torch.compile(fn, dynamic=False, backend=count)
+        return self._compiled[which](**tensors, **static)
+
+    monkeypatch.setattr(staticmodel.Graphs, "run", run)
+    lines = resolve_prompts_path("eval").read_text().splitlines()
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(lines[i] for i in (2, 101, 36)) + "\n")
+
+    def measure():
+        compiles.clear()
+        keys.clear()
+        torch._dynamo.reset()
+        try:
+            return measure_acceptance(target=tiny_target, draft=tiny_draft, prompts=prompts,
+                                      limit=None, max_new_tokens=8, steps=2, topk=3,
+                                      draft_tokens=6, engine="static", progress=False)
+        finally:
+            torch._dynamo.reset()
+
+    r = measure()
+    assert [p["prompt_tokens"] for p in r["arms"][0]["per_request"]] == [41, 134, 35]
+    shapes = Counter(name for name, _ in keys)
+    assert set(shapes) == {"_plain_fn", "_tree_verify_fn", "_tree_draft_fn"}
+    assert min(shapes.values()) == 2  # two attention spans: 128 and 256 slots
+    assert compiles == shapes
+    # compiled at batch 1 (`whole_span`, set where the GPU compiles): each step attends
+    # over the whole buffer, so it compiles once, and decodes the same tokens
+    init = BatchedEngine.__init__
+
+    def whole(self, *a, **kw):
+        init(self, *a, **kw)
+        self.whole_span = self.batch_size == 1
+
+    monkeypatch.setattr(BatchedEngine, "__init__", whole)
+    again = measure()
+    assert compiles == Counter(dict.fromkeys(shapes, 1))
+    for k in ("target_text", "accept_histogram"):
+        assert [q[k] for q in again["arms"][0]["per_request"]] == \
+            [q[k] for q in r["arms"][0]["per_request"]]

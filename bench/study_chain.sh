@@ -6,13 +6,20 @@
 # rank their candidates: `weak`), plan, put back the runs earlier sessions finished
 # (committed under data/studies/h200-grok/), decode the shipped drafter as the runs are (in
 # the background; once: restored after), train and decode the rest. Every stage resumes.
-# Extra arguments go to `train` (e.g. --jobs 2 --only NAME,NAME).
+# Extra arguments go to `train` (e.g. --jobs 2 --only NAME,NAME). Inductor's cache lives
+# in /root/e3l/inductor; a cache an earlier session brought back and carried in
+# (/root/e3l/data/inductor-cache.tar.gz*: bench/compile_cache.py) is unpacked there first.
 set -u
 W=${STUDY_WORK:-/root/e3l/study}
 T=${E3L_TARGET:-/root/e3l/target}
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/e3l/site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/root/e3l/inductor}
 S="python3 -P bench/study_gpu.py"
+if ls /root/e3l/data/inductor-cache.tar.gz* > /dev/null 2>&1; then
+  python3 -P bench/compile_cache.py in /root/e3l/data/inductor-cache.tar.gz* \
+    || echo "compile cache not unpacked: the runs compile as on a bare machine"
+fi
 $S unpack --work $W --packs data/studies/h200-grok/packs --target $T \
   && $S restore --work $W --results data/studies/h200-grok \
   && $S weak --work $W --target $T --device cuda --config data/studies/h200-grok/config.json \

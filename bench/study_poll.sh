@@ -5,17 +5,24 @@
 # $OUT/results.tar.gz (the device returns at most 8 files, 2 folders deep). With
 # STUDY_WINNER=RUN, that run's final drafter is packed in too once it exists; a tar over
 # 15 MiB comes back in parts, $OUT/results.tar.gz.part00, ... (cat them, then untar).
-#   [STUDY_WINNER=RUN] bash bench/study_poll.sh SECONDS
+# With STUDY_CACHE_OUT=1, inductor's cache comes back too ($OUT/inductor-cache.tar.gz*,
+# at most 30 MiB: bench/compile_cache.py), for the next session's carry.
+#   [STUDY_WINNER=RUN] [STUDY_CACHE_OUT=1] bash bench/study_poll.sh SECONDS
 set -u
 W=${STUDY_WORK:-/root/e3l/study}
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/e3l/site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/root/e3l/inductor}
 sleep "${1:-60}"
 tail -n 20 $W/chain.log
 for f in $W/study/runs/*/metrics.jsonl; do
   [ -f "$f" ] && echo "$(basename $(dirname $f)): $(tail -n 1 $f | cut -c 1-90)"
 done
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+echo "inductor cache: $(du -sh $TORCHINDUCTOR_CACHE_DIR 2>/dev/null | cut -f1)"
+if [ "${STUDY_CACHE_OUT:-0}" = 1 ]; then
+  python3 -P bench/compile_cache.py out --dest "$OUT"
+fi
 if [ -f $W/study/study.json ]; then
   rm -rf $W/collected
   python3 -P bench/study_gpu.py collect --work $W --dest $W/collected \

@@ -165,8 +165,6 @@ def test_accept_runs_on_exports_and_epochs(default_target_dir, real_target, tmp_
     the shipped drafter's weights give the same accept length either way, and the same as
     the shipped drafter itself. A drafter that is accepted (tau well above 1) first: an
     untrained one gives ~1.0 through any loader, even one that drops the decoder layer."""
-    import shutil
-
     from safetensors.torch import save_file
 
     from eagle3lab.formats.targetinfo import target_tensor
@@ -174,7 +172,11 @@ def test_accept_runs_on_exports_and_epochs(default_target_dir, real_target, tmp_
 
     spec = tmp_path / "spec"  # shipped without embedding; an epoch of its run holds one
     spec.mkdir()
-    shutil.copy(SHIPPED / "config.json", spec)
+    # speculators' from_pretrained reads the verifier's weights from the path its config
+    # records: the shipped one names the machine it was trained on, so point it here
+    cfg = json.loads((SHIPPED / "config.json").read_text())
+    cfg["speculators_config"]["verifier"]["name_or_path"] = str(default_target_dir)
+    (spec / "config.json").write_text(json.dumps(cfg, indent=2))
     state = load_file(str(SHIPPED / "model.safetensors"))
     state["embed_tokens.weight"] = target_tensor(default_target_dir, "embed").contiguous()
     save_file(state, str(spec / "model.safetensors"))

@@ -77,6 +77,7 @@ def pack(*, cache: Path, dest: Path, part_bytes: int = 15 * 2**20,
     would crowd the results out of the device's 64 MiB return) or the cache is empty.
     {"files", "bytes", "parts": [paths], "skipped": reason or None, "environment"}."""
     from eagle3lab.errors import UserError
+    from eagle3lab.fsutil import atomic_path
 
     cache, dest = Path(cache), Path(dest)
     if not cache.is_dir():
@@ -114,9 +115,8 @@ def pack(*, cache: Path, dest: Path, part_bytes: int = 15 * 2**20,
             targets = [(dest / f"{NAME}.part{i:02d}", data[o:o + part_bytes])
                        for i, o in enumerate(range(0, size, part_bytes))]
         for path, chunk in targets:
-            tmp_path = path.with_name(f".{path.name}.tmp")
-            tmp_path.write_bytes(chunk)
-            os.replace(tmp_path, path)
+            with atomic_path(path) as tmp_path:
+                tmp_path.write_bytes(chunk)
             out["parts"].append(str(path))
     log(f"{cache}: {len(files)} files, {size / 2**20:.1f} MiB packed in "
         f"{len(out['parts'])} part(s) in {dest}")
@@ -163,12 +163,12 @@ def unpack(*, parts: list[Path], cache: Path, log=print) -> dict:
                 f.write(p.read_bytes())
         try:
             with tarfile.open(whole, "r:gz") as tar:
-                names = tar.getnames()
-                if MANIFEST not in names:
+                members = tar.getmembers()
+                if MANIFEST not in {m.name for m in members}:
                     raise UserError(f"{parts[0]}: no {MANIFEST} inside: not a cache that "
                                     "bench/compile_cache.py out packed.")
                 made_by = json.loads(tar.extractfile(MANIFEST).read())["made_by"]
-                members = [m for m in tar.getmembers() if m.name != MANIFEST]
+                members = [m for m in members if m.name != MANIFEST]
                 tar.extractall(cache, members=members, filter="data")
         except (tarfile.TarError, EOFError, OSError) as e:
             raise UserError(f"{', '.join(p.name for p in parts)}: not a whole tar.gz "

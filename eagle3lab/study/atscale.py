@@ -70,6 +70,9 @@ class LongArms(StrictConfig):
         "constant", description="learning-rate schedule after warmup")
     weight_decays: list[float] = Field(default_factory=lambda: [0.01, 0.1], min_length=1)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    recipe: str = Field("eagle3lab", description="the recipe the long runs train with: "
+                        "eagle3lab (ours) or a name in `recipes`; other than ours, it is named "
+                        "in the runs' names (long-RECIPE-...)")
 
 
 class WeakArms(StrictConfig):
@@ -157,6 +160,11 @@ class AtScaleConfig(StrictConfig):
             check_train_overrides({**self.train, **over}, f"{where}.recipes.{name}",
                                   reserved=_SET_BY_STUDY, set_by="the study itself",
                                   online=True)
+        for i, block in enumerate(self.long):
+            if block.recipe != "eagle3lab" and block.recipe not in self.recipes:
+                known = ", ".join(["eagle3lab", *self.recipes])
+                raise UserError(f"{where}.long[{i}].recipe: {block.recipe!r} is not a recipe "
+                                f"of this config (known: {known}).")
         for s in self.live_settings:
             parse_setting(s, where=f"{where}.live_settings")
         if bad := [p for p in self.live_points if not 0 < p <= 1]:
@@ -348,11 +356,12 @@ def plan_arms(cfg: AtScaleConfig) -> list[dict[str, Any]]:
                         recipe=rname)
 
     for block in cfg.long:
+        rtag = "" if block.recipe == "eagle3lab" else f"{block.recipe}-"
         for seed in block.seeds:
             for wd in block.weight_decays:
                 for t in block.data_tokens:
-                    add(f"long-{_tok(t)}-{_tok(block.tokens_per_run)}-wd{wd:g}-s{seed}",
-                        "long", "greedy", t, wd, seed)
+                    add(f"long-{rtag}{_tok(t)}-{_tok(block.tokens_per_run)}-wd{wd:g}-s{seed}",
+                        "long", "greedy", t, wd, seed, recipe=block.recipe)
                     runs[-1].update(tokens_per_run=block.tokens_per_run,
                                     overrides={"schedule": block.schedule})
     if len(names := [r["name"] for r in runs]) != len(set(names)):

@@ -516,6 +516,8 @@ def long_sentence(long) -> str:
     parts = []
     for _, r in long.iterrows():
         head = (f"{_short(float(r['unique_tokens']))} wd {r['weight_decay']:g}"
+                + ("" if r.get("recipe", "eagle3lab") == "eagle3lab"
+                   else f", {r['recipe']} recipe")
                 + ("" if r["schedule"] == "constant" else f" ({r['schedule']} rate)"))
         if _isna(r["first_start"]):
             parts.append(f"{head}: never plateaued in {_short(float(r['tokens']))} tokens")

@@ -9,7 +9,7 @@ import pytest
 
 from eagle3lab.errors import UserError
 from eagle3lab.study.atscale import (AtScaleConfig, build_pool, live_points, parse_setting,
-                                     plan_arms, prepare_study, write_prefix)
+                                     plan_arms, prepare_study, train_kwargs, write_prefix)
 
 
 def _write(path, records):
@@ -186,6 +186,23 @@ def test_long_arms_run_first_on_their_own_tokens_at_a_constant_rate(files, tmp_p
     with pytest.raises(UserError, match="schedule"):
         AtScaleConfig.from_dict({**base, "long": [{"data_tokens": [60], "tokens_per_run": 1,
                                                    "schedule": "step"}]})
+    # a long block may train another recipe of the config: named in its runs, trained with
+    # that recipe's settings under the block's schedule; an unknown recipe is one line
+    spec = {"lr": 0.001, "ttt_steps": 3, "max_tokens_per_batch": 128}
+    cfg = AtScaleConfig.from_dict({**base, "recipes": {"speculators": spec}, "long": [
+        {"data_tokens": [0], "tokens_per_run": 32768, "schedule": "linear",
+         "weight_decays": [0.01], "recipe": "speculators"}]})
+    arms = plan_arms(cfg)
+    assert arms[0]["name"] == "long-speculators-all-32.768k-wd0.01-s0"
+    assert arms[0]["recipe"] == "speculators" and arms[0]["kind"] == "long"
+    kw = train_kwargs(cfg, {**arms[0], "data": {"tokens": 10**6}}, "d.jsonl")
+    assert (kw["lr"], kw["ttt_steps"], kw["schedule"], kw["max_tokens"]) == (
+        0.001, 3, "linear", 32768)
+    assert kw["max_tokens_per_batch"] == 128 and kw["eval_every"] == 32768 // 128 // 32
+    with pytest.raises(UserError, match=r"long\[0\]\.recipe: 'spec' is not a recipe .*"
+                                        r"known: eagle3lab, speculators"):
+        AtScaleConfig.from_dict({**base, "recipes": {"speculators": spec}, "long": [
+            {"data_tokens": [0], "tokens_per_run": 32768, "recipe": "spec"}]})
     twice = {"data_tokens": [60], "tokens_per_run": 99, "weight_decays": [0.01]}
     with pytest.raises(UserError, match="long-0.06k-0.099k-wd0.01-s0 more than once"):
         plan_arms(AtScaleConfig.from_dict({**base, "long": [twice, twice]}))

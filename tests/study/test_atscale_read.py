@@ -655,3 +655,21 @@ def test_long_runs_are_read_apart_from_equal_compute(tmp_path):
     # a study without long arms has no such table
     assert long_runs(load_results(_synthetic_study(tmp_path / "plain", noise=0.01,
                                                    tau_of=_more_data_wins))) is None
+
+
+def test_long_sentence_names_a_recipe_other_than_ours():
+    """A long run of another recipe (the speculators candidate) says so in the sentence;
+    ours stays unnamed, as in every study before long blocks had recipes."""
+    import pandas as pd
+
+    from eagle3lab.study.atscale_read import long_sentence
+
+    row = dict(unique_tokens=18_293_581.0, weight_decay=0.01, tokens=32_000_000.0,
+               first_start=27_600_000.0, past_plateau=1.16, late_drop=False,
+               drop_relative=0.003, drop_fraction=None)
+    long = pd.DataFrame([{**row, "recipe": "eagle3lab", "schedule": "cosine"},
+                         {**row, "recipe": "speculators", "schedule": "linear"}])
+    text = long_sentence(long)
+    assert "18.3M wd 0.01 (cosine rate): plateaued at 27.6M tokens" in text
+    assert "18.3M wd 0.01, speculators recipe (linear rate): plateaued at" in text
+    assert "0 of 2 long run(s)" in text

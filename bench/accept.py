@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     from eagle3lab.specdec.accept import Arm, measure_acceptance, prompt_ids
     from eagle3lab.specdec.load import resolve_engine
     from eagle3lab.targets.adapter import load_target
-    from eagle3lab.workdir import default_drafter
+    from eagle3lab.workdir import drafter_or_default
 
     work = Path(tempfile.mkdtemp(prefix="bench-accept-"))
     if args.shape:
@@ -211,10 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"random drafter for the {args.shape} shape written in "
               f"{time.perf_counter() - t:.0f} s")
     else:
-        draft = args.draft or default_drafter(args.target)
-        if draft is None:
-            print("No drafter: pass --draft or train/ship a default drafter.", file=sys.stderr)
-            return 2
+        draft = drafter_or_default(args.draft, args.target)
         tgt = load_target(args.target, device=args.device, dtype=args.dtype)
     gpu = tgt.device.type == "cuda"
     engine = resolve_engine(args.engine, tgt)

@@ -166,6 +166,8 @@ def drafter_or_default(draft: str | os.PathLike | None, target: str | os.PathLik
     if found is None:
         raise UserError(f"No drafter given ({option}) and no default drafter for target "
                         f"{str(target)!r}: none is shipped in {drafters_dir()}/ for it and "
-                        f"none is trained in {WorkDir.default().final}. Pass {option} "
-                        f"CHECKPOINT (a drafter directory).")
+                        f"none is trained in {WorkDir.default().final} (a default is picked "
+                        f"for a preset's name only: {', '.join(sorted(TARGET_PRESETS))}; a "
+                        f"directory holding a preset's weights takes its shipped drafter "
+                        f"by path). Pass {option} CHECKPOINT (a drafter directory).")
     return found

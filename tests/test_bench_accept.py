@@ -63,6 +63,15 @@ def test_bad_input_is_one_line_not_a_traceback(tokenizer_dir, tmp_path, monkeypa
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert code == 1 and err.startswith(f"bench/accept.py: error: Target '{tmp_path / 'absent'}'"
                                         " does not exist.")
+    # a target given as a directory gets no drafter by itself (the H200's study call
+    # passed /root/e3l/target and got a bare "No drafter" line): the CLI's sentence, which
+    # names the presets that have one and says to pass --draft
+    r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--target", str(tokenizer_dir),
+                        "--limit", "1"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("bench/accept.py: error: No drafter given (--draft) and no "
+                               f"default drafter for target '{tokenizer_dir}'")
+    assert "smollm2-135m-instruct" in r.stderr and "Pass --draft CHECKPOINT" in r.stderr
     r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--json", str(tmp_path), *args],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "Traceback" not in r.stderr

@@ -1141,9 +1141,26 @@ def plan_budget(results: AtScaleResults, *, goals: Sequence[float] = (3.0, 3.5),
         numbers[key + "_range"] = [n.low, n.high]
     text = (f"Planner (live tau at {setting}): {fit.describe()} "
             + " ".join(n.text for n in needs)
-            + f" Every point trained on {results.tokens_per_run:,} tokens: a ceiling of this "
-              f"compute, not of the data.")
+            + f" Every point is our recipe trained on {results.tokens_per_run:,} tokens: a "
+              f"ceiling of this compute and recipe, not of the data."
+            + _above_ceiling(results, setting, fit.ceiling))
     return {"fit": fit, "needs": needs, "setting": setting, "text": text, "numbers": numbers}
+
+
+def _above_ceiling(results: AtScaleResults, setting: str, ceiling: float | None) -> str:
+    """' Past that ceiling: ...' naming the final drafters of other recipes, or of more
+    compute, whose live tau at `setting` is above our recipe's fitted ceiling, best first
+    (at most four; '' when none is): what the ceiling is not a ceiling of."""
+    fin = final_values(results)
+    col = f"tau@{setting}"
+    if ceiling is None or col not in fin:
+        return ""
+    past = fin[((fin["recipe"] != "eagle3lab") | (fin["tokens"] > results.tokens_per_run))
+               & (fin[col] > ceiling)].sort_values(col, ascending=False).head(4)
+    parts = [f"{r['run']} {r[col]:.2f} ({r['recipe']} recipe, "
+             f"{_short(float(r['unique_tokens']))} unique answer tokens, "
+             f"{_short(float(r['tokens']))} tokens of training)" for _, r in past.iterrows()]
+    return f" Past that ceiling: {'; '.join(parts)}." if parts else ""
 
 
 def summary_numbers(results: AtScaleResults, *, setting: str = MAIN_SETTING,

@@ -673,3 +673,24 @@ def test_long_sentence_names_a_recipe_other_than_ours():
     assert "18.3M wd 0.01 (cosine rate): plateaued at 27.6M tokens" in text
     assert "18.3M wd 0.01, speculators recipe (linear rate): plateaued at" in text
     assert "0 of 2 long run(s)" in text
+
+
+def test_planner_names_what_its_ceiling_is_not_a_ceiling_of():
+    """On the committed H200 study: our recipe's data arms at 16M tokens fit a ceiling near
+    2.0, and the planner says which final drafters went past it (speculators' recipe on
+    1.6M tokens; our recipe on the whole pool with twice the training), best first, so
+    nobody reads the ceiling as the target's."""
+    res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
+    plan = plan_budget(res)
+    ceiling = plan["fit"].ceiling
+    fin = final_values(res)
+    assert plan["setting"] == "5,1,6" and 1.9 < ceiling < 2.2
+    spec = fin[fin["run"] == "recipe-speculators-1.6M-s0"]["tau@5,1,6"].iloc[0]
+    long = fin[fin["run"] == "long-all-32M-wd0.01-s0"]["tau@5,1,6"].iloc[0]
+    assert spec > long > ceiling
+    tail = plan["text"].split("Past that ceiling: ")[1]
+    assert tail.startswith(f"recipe-speculators-1.6M-s0 {spec:.2f} (speculators recipe, 1.6M "
+                           "unique answer tokens, 16M tokens of training); "
+                           f"long-all-32M-wd0.01-s0 {long:.2f} (eagle3lab recipe")
+    # no data arm of our recipe at the study's compute is listed
+    assert "data-" not in tail

@@ -327,17 +327,17 @@ def progress_counts(prompts: int, plain: tuple, arms: list[tuple]) -> dict[str, 
     """A measurement's cumulative raw counts so far (what `on_progress` gets): plain and
     arms are (name, engine, results so far); tokens/s and the ratios are taken from the
     summed counts."""
-    def side(name, eng, results) -> dict[str, Any]:
+    def side(name, eng, results) -> tuple[AcceptStats, dict[str, Any]]:
         st = AcceptStats.from_results(results)
-        return {"name": name, "requests": st.requests,
-                "completion_tokens": st.completion_tokens, "verify_ct": st.verify_ct,
-                "decode_s": st.decode_s, "tokens_per_s": st.tokens_per_s, **warmup(eng)}
+        return st, {"name": name, "requests": st.requests,
+                    "completion_tokens": st.completion_tokens, "verify_ct": st.verify_ct,
+                    "decode_s": st.decode_s, "tokens_per_s": st.tokens_per_s, **warmup(eng)}
 
-    p = side(*plain)
+    _, p = side(*plain)
     out = {"prompts": prompts, "prompts_done": p["requests"], "plain": p, "arms": []}
     for arm in arms:
-        a = side(*arm)
-        a["tau"] = a["completion_tokens"] / a["verify_ct"] if a["verify_ct"] else 1.0
+        st, a = side(*arm)
+        a["tau"] = st.tau
         a["speedup_measured"] = (a["tokens_per_s"] / p["tokens_per_s"]
                                  if p["tokens_per_s"] else None)
         out["arms"].append(a)

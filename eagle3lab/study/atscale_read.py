@@ -516,8 +516,7 @@ def long_sentence(long) -> str:
     parts = []
     for _, r in long.iterrows():
         head = (f"{_short(float(r['unique_tokens']))} wd {r['weight_decay']:g}"
-                + ("" if r.get("recipe", "eagle3lab") == "eagle3lab"
-                   else f", {r['recipe']} recipe")
+                + ("" if r["recipe"] == "eagle3lab" else f", {r['recipe']} recipe")
                 + ("" if r["schedule"] == "constant" else f" ({r['schedule']} rate)"))
         if _isna(r["first_start"]):
             parts.append(f"{head}: never plateaued in {_short(float(r['tokens']))} tokens")
@@ -1109,7 +1108,12 @@ def planner_points(results: AtScaleResults, *, setting: str = MAIN_SETTING,
                    weight_decay: float | None = None) -> list[tuple[float, float, int]]:
     """(unique answer tokens, live tau at `setting`, seed) of every finished data arm's final
     drafter (our recipe, greedy answers, one weight decay: default the study's first)."""
-    fin = final_values(results)
+    return _points(final_values(results), results, setting, weight_decay)
+
+
+def _points(fin, results: AtScaleResults, setting: str,
+            weight_decay: float | None) -> list[tuple[float, float, int]]:
+    """`planner_points` from `final_values`' rows."""
     wd = weight_decay if weight_decay is not None else results.study["config"][
         "weight_decays"][0]
     col = f"tau@{setting}"
@@ -1126,7 +1130,8 @@ def plan_budget(results: AtScaleResults, *, goals: Sequence[float] = (3.0, 3.5),
     "needs" (one TokensNeeded per goal), "setting", "text", "numbers" (for the report)};
     without two data sizes, fit None and the text says why."""
     setting = measured_setting(results, setting) or setting
-    pts = planner_points(results, setting=setting)
+    fin = final_values(results)
+    pts = _points(fin, results, setting, None)
     if len({p[0] for p in pts}) < 2:
         text = (f"Planner: {len({p[0] for p in pts})} finished data size(s) with live tau at "
                 f"{setting}; it needs at least two.")
@@ -1143,15 +1148,16 @@ def plan_budget(results: AtScaleResults, *, goals: Sequence[float] = (3.0, 3.5),
             + " ".join(n.text for n in needs)
             + f" Every point is our recipe trained on {results.tokens_per_run:,} tokens: a "
               f"ceiling of this compute and recipe, not of the data."
-            + _above_ceiling(results, setting, fit.ceiling))
+            + _above_ceiling(fin, results, setting, fit.ceiling))
     return {"fit": fit, "needs": needs, "setting": setting, "text": text, "numbers": numbers}
 
 
-def _above_ceiling(results: AtScaleResults, setting: str, ceiling: float | None) -> str:
-    """' Past that ceiling: ...' naming the final drafters of other recipes, or of more
-    compute, whose live tau at `setting` is above our recipe's fitted ceiling, best first
-    (at most four; '' when none is): what the ceiling is not a ceiling of."""
-    fin = final_values(results)
+def _above_ceiling(fin, results: AtScaleResults, setting: str,
+                   ceiling: float | None) -> str:
+    """' Past that ceiling: ...' naming, among `final_values`' rows, the final drafters of
+    other recipes, or of more compute, whose live tau at `setting` is above our recipe's
+    fitted ceiling, best first (at most four; '' when none is): what the ceiling is not a
+    ceiling of."""
     col = f"tau@{setting}"
     if ceiling is None or col not in fin:
         return ""

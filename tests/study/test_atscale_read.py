@@ -677,20 +677,27 @@ def test_long_sentence_names_a_recipe_other_than_ours():
 
 def test_planner_names_what_its_ceiling_is_not_a_ceiling_of():
     """On the committed H200 study: our recipe's data arms at 16M tokens fit a ceiling near
-    2.0, and the planner says which final drafters went past it (speculators' recipe on
-    1.6M tokens; our recipe on the whole pool with twice the training), best first, so
-    nobody reads the ceiling as the target's."""
+    2.0, and the planner says which final drafters went past it (speculators' recipe on the
+    whole pool at 32M tokens, then on 1.6M tokens; our recipe on the whole pool with twice
+    the training), best first and at most four, so nobody reads the ceiling as the
+    target's."""
+    import re
+
     res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
     plan = plan_budget(res)
     ceiling = plan["fit"].ceiling
-    fin = final_values(res)
+    fin = final_values(res).set_index("run")["tau@5,1,6"]
     assert plan["setting"] == "5,1,6" and 1.9 < ceiling < 2.2
-    spec = fin[fin["run"] == "recipe-speculators-1.6M-s0"]["tau@5,1,6"].iloc[0]
-    long = fin[fin["run"] == "long-all-32M-wd0.01-s0"]["tau@5,1,6"].iloc[0]
-    assert spec > long > ceiling
+    assert (fin["long-speculators-all-32M-wd0.01-s0"] > fin["recipe-speculators-1.6M-s0"]
+            > fin["long-all-32M-wd0.01-s0"] > ceiling)
     tail = plan["text"].split("Past that ceiling: ")[1]
-    assert tail.startswith(f"recipe-speculators-1.6M-s0 {spec:.2f} (speculators recipe, 1.6M "
-                           "unique answer tokens, 16M tokens of training); "
-                           f"long-all-32M-wd0.01-s0 {long:.2f} (eagle3lab recipe")
-    # no data arm of our recipe at the study's compute is listed
+    assert tail.startswith("long-speculators-all-32M-wd0.01-s0 "
+                           f"{fin['long-speculators-all-32M-wd0.01-s0']:.2f} (speculators "
+                           "recipe, 18.3M unique answer tokens, 32M tokens of training); ")
+    named = re.findall(r"(?:^|; )(\S+) (\d\.\d\d) \(", tail)
+    assert [n for n, _ in named] == ["long-speculators-all-32M-wd0.01-s0",
+                                     "recipe-speculators-1.6M-s1", "recipe-speculators-1.6M-s0",
+                                     "long-all-32M-wd0.01-s0"]
+    assert [float(t) for _, t in named] == sorted((float(t) for _, t in named), reverse=True)
+    assert "long-all-32M-wd0.01-s0 " f"{fin['long-all-32M-wd0.01-s0']:.2f} (eagle3lab recipe" in tail
     assert "data-" not in tail

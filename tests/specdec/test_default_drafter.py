@@ -2,10 +2,10 @@
 length is re-measured (not copied) on a few held-out prompts against a regression floor;
 the seed failures collapse acceptance towards 1.0 on the same prompts."""
 
-import hashlib
 from pathlib import Path
 
 import pytest
+from checksums import assert_checksums
 
 from eagle3lab.specdec.accept import Arm, measure_acceptance
 from eagle3lab.workdir import default_drafter
@@ -25,9 +25,7 @@ MAX_NEW_TOKENS = 32
 
 
 def test_shipped_drafter_is_intact_and_small():
-    sums = dict(line.split()[::-1] for line in (DRAFTER / "SHA256SUMS").read_text().splitlines())
-    for name, digest in sums.items():
-        assert hashlib.sha256((DRAFTER / name).read_bytes()).hexdigest() == digest, name
+    assert_checksums(DRAFTER)
     assert (DRAFTER / "model.safetensors").stat().st_size < 25e6
     assert (DRAFTER / "README.md").is_file()
     assert default_drafter() == str(DRAFTER)

@@ -699,5 +699,5 @@ def test_planner_names_what_its_ceiling_is_not_a_ceiling_of():
                                      "recipe-speculators-1.6M-s1", "recipe-speculators-1.6M-s0",
                                      "long-all-32M-wd0.01-s0"]
     assert [float(t) for _, t in named] == sorted((float(t) for _, t in named), reverse=True)
-    assert "long-all-32M-wd0.01-s0 " f"{fin['long-all-32M-wd0.01-s0']:.2f} (eagle3lab recipe" in tail
+    assert f"long-all-32M-wd0.01-s0 {fin['long-all-32M-wd0.01-s0']:.2f} (eagle3lab recipe" in tail
     assert "data-" not in tail

@@ -3,10 +3,10 @@ intact, named by `against_reference` as the run that beats the shipped drafter, 
 by the doctor for the engine that serves it (vLLM), refused for SGLang with the codes its
 README gives."""
 
-import hashlib
 from pathlib import Path
 
 import pytest
+from checksums import assert_checksums
 
 from eagle3lab.study.atscale_read import against_reference, load_results
 
@@ -15,10 +15,7 @@ WINNER = STUDY / "winner"
 
 
 def test_the_winner_is_intact_and_is_the_best_run():
-    sums = dict(line.split()[::-1] for line in (WINNER / "SHA256SUMS").read_text().splitlines())
-    assert set(sums) == {"config.json", "eagle3lab.json", "model.safetensors"}
-    for name, digest in sums.items():
-        assert hashlib.sha256((WINNER / name).read_bytes()).hexdigest() == digest, name
+    assert assert_checksums(WINNER) == {"config.json", "eagle3lab.json", "model.safetensors"}
     ref = against_reference(load_results(STUDY))
     assert ref["replaces"] and ref["best_run"] == "long-speculators-all-32M-wd0.01-s0"
     assert ref["best_run"] in (WINNER / "README.md").read_text()

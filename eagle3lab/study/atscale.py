@@ -130,6 +130,9 @@ class AtScaleConfig(StrictConfig):
         "`train` (e.g. speculators' eagle3 defaults)")
     recipe_tokens: list[int] = Field(default_factory=lambda: [1_600_000],
                                      description="data sizes the recipe arms run at")
+    recipe_tokens_by: dict[str, list[int]] = Field(
+        default_factory=dict, description="recipe name -> its own data sizes, in place of "
+        "recipe_tokens (e.g. the sizes a planner fits one recipe's curve over)")
     long: list[LongArms] = Field(default_factory=list, description="arms trained on their own "
                                  "token count: small data far past its plateau at a constant "
                                  "rate, or an arm at more compute (each block its runs)")
@@ -160,6 +163,10 @@ class AtScaleConfig(StrictConfig):
             check_train_overrides({**self.train, **over}, f"{where}.recipes.{name}",
                                   reserved=_SET_BY_STUDY, set_by="the study itself",
                                   online=True)
+        if bad := [n for n in self.recipe_tokens_by if n not in self.recipes]:
+            raise UserError(f"{where}.recipe_tokens_by: {', '.join(map(repr, bad))} "
+                            f"{'is not a recipe' if len(bad) == 1 else 'are not recipes'} "
+                            f"of this config (known: {', '.join(self.recipes) or 'none'}).")
         for i, block in enumerate(self.long):
             if block.recipe != "eagle3lab" and block.recipe not in self.recipes:
                 known = ", ".join(["eagle3lab", *self.recipes])
@@ -351,7 +358,7 @@ def plan_arms(cfg: AtScaleConfig) -> list[dict[str, Any]]:
                 add(f"regen-both-{_tok(t)}-s{seed}", "regen", "greedy", t, wd, seed,
                     pair="both")
             for rname in cfg.recipes:
-                for t in cfg.recipe_tokens:
+                for t in cfg.recipe_tokens_by.get(rname, cfg.recipe_tokens):
                     add(f"recipe-{rname}-{_tok(t)}-s{seed}", "recipe", "greedy", t, wd, seed,
                         recipe=rname)
 

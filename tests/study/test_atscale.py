@@ -104,6 +104,16 @@ def test_plan_order_and_equal_compute(files, tmp_path):
     assert runs["recipe-other-0.06k-s0"]["train"]["ttt_steps"] == 3
     assert runs["data-0.06k-wd0.01-s0"]["train"]["ttt_steps"] == 5  # our recipe
     assert runs["regen-sampled-0.04k-s0"]["data"]["path"].endswith("sampled-0.04k.jsonl")
+    # one recipe's own data sizes (recipe_tokens_by) in place of recipe_tokens; others keep it
+    by = AtScaleConfig.from_dict(dict(
+        out="o", target="t", greedy=["g"], eval_conversations="e", data_tokens=[60],
+        regen_tokens=None, seeds=[0], weight_decays=[0.01], recipe_tokens=[60],
+        recipes={"other": {"ttt_steps": 3}, "third": {}}, recipe_tokens_by={"other": [60, 0]}))
+    assert [a["name"] for a in plan_arms(by) if a["kind"] == "recipe"] == [
+        "recipe-other-0.06k-s0", "recipe-other-all-s0", "recipe-third-0.06k-s0"]
+    with pytest.raises(UserError, match=r"recipe_tokens_by: 'nope' is not a recipe .*other"):
+        AtScaleConfig.from_dict(dict(out="o", target="t", greedy=["g"], eval_conversations="e",
+                                     recipes={"other": {}}, recipe_tokens_by={"nope": [60]}))
     # a key the study sets itself is refused in its overrides
     with pytest.raises(UserError, match="set by the study"):
         AtScaleConfig.from_dict(dict(out="o", target="t", greedy=["g"], eval_conversations="e",

@@ -1105,63 +1105,85 @@ def tokens_for(fit: TauFit, tau: float = 3.0) -> TokensNeeded:
 
 
 def planner_points(results: AtScaleResults, *, setting: str = MAIN_SETTING,
-                   weight_decay: float | None = None) -> list[tuple[float, float, int]]:
-    """(unique answer tokens, live tau at `setting`, seed) of every finished data arm's final
-    drafter (our recipe, greedy answers, one weight decay: default the study's first)."""
-    return _points(final_values(results), results, setting, weight_decay)
+                   weight_decay: float | None = None,
+                   recipe: str = "eagle3lab") -> list[tuple[float, float, int]]:
+    """(unique answer tokens, live tau at `setting`, seed) of every finished final drafter of
+    one recipe at the study's equal compute, greedy answers, one weight decay (default the
+    study's first): our recipe's data arms, or another recipe's arms at its data sizes
+    (config `recipe_tokens_by`)."""
+    return _points(final_values(results), results, setting, weight_decay, recipe)
 
 
-def _points(fin, results: AtScaleResults, setting: str,
-            weight_decay: float | None) -> list[tuple[float, float, int]]:
+def _points(fin, results: AtScaleResults, setting: str, weight_decay: float | None,
+            recipe: str = "eagle3lab") -> list[tuple[float, float, int]]:
     """`planner_points` from `final_values`' rows."""
     wd = weight_decay if weight_decay is not None else results.study["config"][
         "weight_decays"][0]
     col = f"tau@{setting}"
     if col not in fin:
         return []
-    f = fin[(fin["kind"] == "data") & (fin["recipe"] == "eagle3lab")
+    kind = "data" if recipe == "eagle3lab" else "recipe"
+    f = fin[(fin["kind"] == kind) & (fin["recipe"] == recipe)
             & (fin["weight_decay"] == wd) & fin[col].notna()]
     return [(float(r["unique_tokens"]), float(r[col]), int(r["seed"])) for _, r in f.iterrows()]
 
 
+def _recipe_words(recipe: str) -> str:
+    return "our recipe" if recipe == "eagle3lab" else f"the {recipe} recipe"
+
+
 def plan_budget(results: AtScaleResults, *, goals: Sequence[float] = (3.0, 3.5),
-                setting: str = MAIN_SETTING) -> dict[str, Any]:
-    """The planner on the study's own final drafters at `measured_setting`: {"fit",
-    "needs" (one TokensNeeded per goal), "setting", "text", "numbers" (for the report)};
-    without two data sizes, fit None and the text says why."""
+                setting: str = MAIN_SETTING, recipe: str = "eagle3lab") -> dict[str, Any]:
+    """The planner on one recipe's final drafters (`planner_points`) at `measured_setting`:
+    {"fit", "needs" (one TokensNeeded per goal), "setting", "recipe", "text", "numbers"
+    (for the report; keys prefixed with the recipe's name unless it is ours)}; without two
+    data sizes, fit None and the text says why."""
     setting = measured_setting(results, setting) or setting
     fin = final_values(results)
-    pts = _points(fin, results, setting, None)
+    pts = _points(fin, results, setting, None, recipe)
+    who = _recipe_words(recipe)
     if len({p[0] for p in pts}) < 2:
-        text = (f"Planner: {len({p[0] for p in pts})} finished data size(s) with live tau at "
-                f"{setting}; it needs at least two.")
-        return {"fit": None, "needs": [], "setting": setting, "text": text, "numbers": {}}
+        text = (f"Planner ({who}): {len({p[0] for p in pts})} finished data size(s) with "
+                f"live tau at {setting}; it needs at least two.")
+        return {"fit": None, "needs": [], "setting": setting, "recipe": recipe, "text": text,
+                "numbers": {}}
     fit = fit_tau_curve(pts)
     needs = [tokens_for(fit, g) for g in goals]
-    numbers: dict[str, Any] = {"planner_setting": setting, "planner_model": fit.model,
-                               "planner_ceiling": fit.ceiling}
+    pre = "" if recipe == "eagle3lab" else f"{recipe}_"
+    numbers: dict[str, Any] = {f"{pre}planner_setting": setting,
+                               f"{pre}planner_model": fit.model,
+                               f"{pre}planner_ceiling": fit.ceiling}
     for n in needs:
-        key = f"tokens_for_tau_{n.goal:g}".replace(".", "_")
+        key = f"{pre}tokens_for_tau_{n.goal:g}".replace(".", "_")
         numbers[key] = n.estimate if n.reachable else "out of reach"
         numbers[key + "_range"] = [n.low, n.high]
-    text = (f"Planner (live tau at {setting}): {fit.describe()} "
+    head = "Planner" if recipe == "eagle3lab" else f"Planner, {who}"
+    text = (f"{head} (live tau at {setting}): {fit.describe()} "
             + " ".join(n.text for n in needs)
-            + f" Every point is our recipe trained on {results.tokens_per_run:,} tokens: a "
+            + f" Every point is {who} trained on {results.tokens_per_run:,} tokens: a "
               f"ceiling of this compute and recipe, not of the data."
-            + _above_ceiling(fin, results, setting, fit.ceiling))
-    return {"fit": fit, "needs": needs, "setting": setting, "text": text, "numbers": numbers}
+            + _above_ceiling(fin, results, setting, fit.ceiling, recipe))
+    return {"fit": fit, "needs": needs, "setting": setting, "recipe": recipe, "text": text,
+            "numbers": numbers}
 
 
-def _above_ceiling(fin, results: AtScaleResults, setting: str,
-                   ceiling: float | None) -> str:
+def planned_recipes(results: AtScaleResults) -> list[str]:
+    """Recipes the planner fits: ours, then each recipe the config gives its own data sizes
+    (`recipe_tokens_by`) with at least two of them."""
+    by = results.study["config"].get("recipe_tokens_by") or {}
+    return ["eagle3lab", *[r for r, sizes in by.items() if len(set(sizes)) >= 2]]
+
+
+def _above_ceiling(fin, results: AtScaleResults, setting: str, ceiling: float | None,
+                   recipe: str = "eagle3lab") -> str:
     """' Past that ceiling: ...' naming, among `final_values`' rows, the final drafters of
-    other recipes, or of more compute, whose live tau at `setting` is above our recipe's
+    other recipes, or of more compute, whose live tau at `setting` is above `recipe`'s
     fitted ceiling, best first (at most four; '' when none is): what the ceiling is not a
     ceiling of."""
     col = f"tau@{setting}"
     if ceiling is None or col not in fin:
         return ""
-    past = fin[((fin["recipe"] != "eagle3lab") | (fin["tokens"] > results.tokens_per_run))
+    past = fin[((fin["recipe"] != recipe) | (fin["tokens"] > results.tokens_per_run))
                & (fin[col] > ceiling)].sort_values(col, ascending=False).head(4)
     parts = [f"{r['run']} {r[col]:.2f} ({r['recipe']} recipe, "
              f"{_short(float(r['unique_tokens']))} unique answer tokens, "
@@ -1173,7 +1195,8 @@ def summary_numbers(results: AtScaleResults, *, setting: str = MAIN_SETTING,
                     goals: Sequence[float] = (3.0, 3.5)) -> dict[str, Any]:
     """The at-scale section's key numbers for the batch report (record_summary)."""
     v = verdict(results, setting=setting)
-    plan = plan_budget(results, setting=setting, goals=goals)
+    plans = [plan_budget(results, setting=setting, goals=goals, recipe=r)
+             for r in planned_recipes(results)]
     counts = results.arms["status"].value_counts()
     return {"atscale_runs_done": int(counts.get("done", 0)),
             "atscale_runs_planned": len(results.arms),
@@ -1181,4 +1204,4 @@ def summary_numbers(results: AtScaleResults, *, setting: str = MAIN_SETTING,
             "atscale_late_drops": v.get("late_drops"),
             "atscale_reference_tau": against_reference(results, setting=setting)[
                 "reference_tau"],
-            **{f"atscale_{k}": val for k, val in plan["numbers"].items()}}
+            **{f"atscale_{k}": val for plan in plans for k, val in plan["numbers"].items()}}

@@ -27,7 +27,8 @@ from eagle3lab.study.atscale import (AtScaleConfig, collect, measure_live, measu
 from eagle3lab.study.atscale_read import (FINAL_METRICS, against_reference, compare,
                                           equal_compute_table,
                                           final_values, fit_tau_curve, load_results,
-                                          open_results, plan_budget, planner_points,
+                                          open_results, plan_budget, planned_recipes,
+                                          planner_points,
                                           plateau_check, summary_numbers, tokens_for, verdict,
                                           _short)
 
@@ -182,14 +183,15 @@ def _write_run(run_dir: Path, *, loss: float, tau: dict[str, float], tokens: int
 
 
 def _synthetic_study(root: Path, *, tau_of, noise: float, late: str | None = None,
-                     skip=()) -> Path:
+                     skip=(), recipe_sizes: list[int] | None = None) -> Path:
     """The planner's own arms (data 100 / 400 / 1.6k unique tokens x weight decays 0.01 and
     0.1 x seeds 0 and 1; regeneration at 400; a speculators recipe at 400), each run's
     numbers from `tau_of(arm)` plus +-`noise` by seed; eval loss falls where tau rises."""
     cfg = AtScaleConfig.from_dict(dict(
         out=str(root), target="t", greedy=["g.jsonl"], eval_conversations="e.jsonl",
         data_tokens=[100, 400, 1600], regen_tokens=400, recipes={"speculators": {}},
-        recipe_tokens=[400], tokens_per_run=10_000, live_settings=["3,1,4", "5,1,6"]))
+        recipe_tokens=[400], tokens_per_run=10_000, live_settings=["3,1,4", "5,1,6"],
+        recipe_tokens_by={"speculators": recipe_sizes} if recipe_sizes else {}))
     arms = plan_arms(cfg)
     for a in arms:
         a["data"] = {"path": "d", "records": 1, "tokens": a["unique_tokens"], "sha256": "0"}
@@ -247,6 +249,34 @@ def test_verdict_names_the_arm_built_to_win(tmp_path):
     numbers = summary_numbers(res)
     assert numbers["atscale_runs_done"] == len(res.arms) and numbers["atscale_verdict"] == v["text"]
     assert numbers["atscale_tokens_for_tau_3"] == pytest.approx(plan["needs"][0].estimate)
+
+
+def test_the_planner_fits_each_recipe_given_its_own_data_sizes(tmp_path):
+    """A recipe with its own data sizes (config recipe_tokens_by) gets its own planner, fit
+    on its arms alone, with its numbers in the report under its name; ours is unchanged."""
+    res = load_results(_synthetic_study(tmp_path / "s", tau_of=_more_data_wins, noise=0.01,
+                                        recipe_sizes=[100, 400, 1600]))
+    assert planned_recipes(res) == ["eagle3lab", "speculators"]
+    pts = planner_points(res, recipe="speculators")
+    assert sorted({t for t, _, _ in pts}) == [100, 400, 1600] and len(pts) == 6
+    ours, theirs = plan_budget(res, goals=(3.0,)), plan_budget(res, goals=(3.0,),
+                                                               recipe="speculators")
+    # built in: the same 0.3 per decade, 0.05 lower: the same slope, a later goal
+    assert theirs["fit"].params["a"] == pytest.approx(0.3, abs=2e-3)
+    assert theirs["needs"][0].estimate > ours["needs"][0].estimate
+    assert theirs["needs"][0].estimate == pytest.approx(
+        100 * 10 ** ((3.0 - 1.45) / 0.3), rel=0.1)
+    assert theirs["text"].startswith("Planner, the speculators recipe (live tau at 5,1,6)")
+    assert "Every point is the speculators recipe trained on 10,000 tokens" in theirs["text"]
+    numbers = summary_numbers(res)
+    assert numbers["atscale_speculators_tokens_for_tau_3"] == pytest.approx(
+        theirs["needs"][0].estimate)
+    assert numbers["atscale_tokens_for_tau_3"] == pytest.approx(ours["needs"][0].estimate)
+    # one size only (the default recipe_tokens): no planner of its own
+    one = load_results(_synthetic_study(tmp_path / "one", tau_of=_more_data_wins, noise=0.01))
+    assert planned_recipes(one) == ["eagle3lab"]
+    assert plan_budget(one, recipe="speculators")["text"].startswith(
+        "Planner (the speculators recipe): 1 finished data size(s)")
 
 
 def test_less_data_winning_a_tie_and_one_seed_are_said_so(tmp_path):
@@ -678,9 +708,8 @@ def test_long_sentence_names_a_recipe_other_than_ours():
 def test_planner_names_what_its_ceiling_is_not_a_ceiling_of():
     """On the committed H200 study: our recipe's data arms at 16M tokens fit a ceiling near
     2.0, and the planner says which final drafters went past it (speculators' recipe on the
-    whole pool at 32M tokens, then on 1.6M tokens; our recipe on the whole pool with twice
-    the training), best first and at most four, so nobody reads the ceiling as the
-    target's."""
+    whole pool at 32M tokens, then at equal compute on the whole pool, 6M and 1.6M tokens),
+    best first and at most four, so nobody reads the ceiling as the target's."""
     import re
 
     res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
@@ -696,8 +725,9 @@ def test_planner_names_what_its_ceiling_is_not_a_ceiling_of():
                            "recipe, 18.3M unique answer tokens, 32M tokens of training); ")
     named = re.findall(r"(?:^|; )(\S+) (\d\.\d\d) \(", tail)
     assert [n for n, _ in named] == ["long-speculators-all-32M-wd0.01-s0",
-                                     "recipe-speculators-1.6M-s1", "recipe-speculators-1.6M-s0",
-                                     "long-all-32M-wd0.01-s0"]
+                                     "recipe-speculators-all-s0", "recipe-speculators-6M-s0",
+                                     "recipe-speculators-1.6M-s1"]
     assert [float(t) for _, t in named] == sorted((float(t) for _, t in named), reverse=True)
-    assert f"long-all-32M-wd0.01-s0 {fin['long-all-32M-wd0.01-s0']:.2f} (eagle3lab recipe" in tail
+    assert (f"recipe-speculators-all-s0 {fin['recipe-speculators-all-s0']:.2f} (speculators "
+            "recipe, 18.3M unique answer tokens, 16M tokens of training)") in tail
     assert "data-" not in tail

@@ -26,6 +26,6 @@ $S unpack --work $W --packs data/studies/h200-grok/packs --target $T \
   && $S plan --work $W --target $T --config data/studies/h200-grok/config.json \
   && $S restore --work $W --results data/studies/h200-grok \
   && { mkdir -p $W/logs; $S reference --work $W --target $T --device cuda --name shipped \
-         --drafter data/drafters/smollm2-135m-instruct > $W/logs/reference.log 2>&1 & } \
+         --drafter data/drafters/smollm2-135m-instruct-sglang > $W/logs/reference.log 2>&1 & } \
   && $S train --work $W --device cuda "$@"
 echo "chain exited $?"

@@ -136,19 +136,49 @@ class WorkDir:
 
 
 def drafters_dir() -> Path:
-    """Shipped drafters, one per preset target; always the repository's (like prompts)."""
+    """Shipped drafters, one per preset target (data/drafters/<target>), and for the default
+    target also an SGLang-servable one (data/drafters/<target>-sglang); always the
+    repository's (like prompts)."""
     return repo_root() / "data" / "drafters"
 
 
+#: The suffix of a preset's SGLang-servable shipped drafter (data/drafters/<target>-sglang),
+#: shipped where the default drafter is one SGLang refuses (normed: docs/study.md).
+SGLANG_SUFFIX = "-sglang"
+
+
+def _serves_where(drafter: Path) -> str:
+    """Which engines serve a shipped drafter, from its config: SGLang's LlamaForCausalLMEagle3
+    has none of speculators' optional norms, so a normed drafter is vLLM's (and the
+    reference engine's) only."""
+    import json
+
+    cfg = json.loads((drafter / "config.json").read_text())
+    normed = [k for k in ("norm_before_fc", "norm_before_residual", "norm_output") if cfg.get(k)]
+    return (f"vLLM and the reference engine; SGLang refuses it ({', '.join(normed)})"
+            if normed else "SGLang (convert it: eagle3lab convert --to sglang), vLLM and "
+            "the reference engine")
+
+
+def shipped_drafters() -> dict[str, str]:
+    """Every shipped drafter's directory name -> which engines serve it."""
+    root = drafters_dir()
+    return {d.name: _serves_where(d) for d in sorted(root.iterdir())
+            if (d / "config.json").is_file()} if root.is_dir() else {}
+
+
 def default_drafter(target: str | os.PathLike = DEFAULT_TARGET, *,
-                    work: WorkDir | None = None) -> str | None:
+                    work: WorkDir | None = None, engine: str | None = None) -> str | None:
     """The drafter to use when none is given: the one shipped for a preset target
-    (data/drafters/<target>), else the trained drafter of `work` when it exists (without
-    `work`: the demo's work dir, for preset targets only: that is what the demo trains
-    for), else None."""
+    (data/drafters/<target>; for `engine="sglang"` its SGLang-servable one,
+    data/drafters/<target>-sglang, where one is shipped), else the trained drafter of
+    `work` when it exists (without `work`: the demo's work dir, for preset targets only:
+    that is what the demo trains for), else None."""
     name = str(target)
-    if name in TARGET_PRESETS and (drafters_dir() / name / "config.json").is_file():
-        return str(drafters_dir() / name)
+    if name in TARGET_PRESETS:
+        for candidate in ([name + SGLANG_SUFFIX] if engine == "sglang" else []) + [name]:
+            if (drafters_dir() / candidate / "config.json").is_file():
+                return str(drafters_dir() / candidate)
     if work is None and name in TARGET_PRESETS:
         work = WorkDir.default()
     if work is not None and (work.final / "config.json").is_file():
@@ -157,17 +187,22 @@ def default_drafter(target: str | os.PathLike = DEFAULT_TARGET, *,
 
 
 def drafter_or_default(draft: str | os.PathLike | None, target: str | os.PathLike,
-                       option: str = "--draft") -> str:
-    """`draft` when given, else the default drafter for `target`; a UserError naming
-    `option` when there is neither."""
+                       option: str = "--draft", *, engine: str | None = None) -> str:
+    """`draft` when given, else the default drafter for `target` (and `engine`: SGLang gets
+    the SGLang-servable shipped drafter); a UserError naming `option` when there is
+    neither."""
     if draft:
         return str(draft)
-    found = default_drafter(target)
+    found = default_drafter(target, engine=engine)
     if found is None:
+        shipped = "; ".join(f"{name}: {where}" for name, where in shipped_drafters().items())
         raise UserError(f"No drafter given ({option}) and no default drafter for target "
                         f"{str(target)!r}: none is shipped in {drafters_dir()}/ for it and "
                         f"none is trained in {WorkDir.default().final} (a default is picked "
                         f"for a preset's name only: {', '.join(sorted(TARGET_PRESETS))}; a "
                         f"directory holding a preset's weights takes its shipped drafter "
-                        f"by path). Pass {option} CHECKPOINT (a drafter directory).")
+                        f"by path). Shipped drafters (the first is the default, the "
+                        f"-sglang one the default for --engine sglang): "
+                        f"{shipped or 'none'}. Pass {option} CHECKPOINT (a drafter "
+                        f"directory).")
     return found

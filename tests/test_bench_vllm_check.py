@@ -1,7 +1,8 @@
 """bench/vllm_check.py's pieces that run without a GPU: the planted faults (each a copy of
-the shipped drafter changed in exactly the one way it names; the shipped files untouched)
-and the exact vLLM argv and environment of an arm. The whole script ran on an H200
-(docs/vllm.md); its files are tests/serverlogs/fixtures/vllm-0.25.1/."""
+the SGLang-servable shipped drafter, the script's DRAFTER, changed in exactly the one way
+it names; the shipped files untouched) and the exact vLLM argv and environment of an arm.
+The whole script ran on an H200 (docs/vllm.md); its files are
+tests/serverlogs/fixtures/vllm-0.25.1/."""
 
 from __future__ import annotations
 

@@ -64,6 +64,11 @@ def test_default_drafter_is_the_shipped_one_for_the_preset():
     assert default_drafter() == default_drafter("smollm2-135m-instruct") == str(SHIPPED)
     assert drafter_or_default(None, "smollm2-135m-instruct") == str(SHIPPED)
     assert drafter_or_default("/my/draft", "smollm2-135m-instruct") == "/my/draft"
+    # SGLang gets the SGLang-servable one: the default drafter is normed
+    sglang = str(SHIPPED.with_name("smollm2-135m-instruct-sglang"))
+    assert default_drafter(engine="sglang") == sglang
+    assert drafter_or_default(None, "smollm2-135m-instruct", engine="sglang") == sglang
+    assert drafter_or_default(None, "smollm2-135m-instruct", engine="vllm") == str(SHIPPED)
 
 
 def _fake_final(wd: WorkDir) -> None:
@@ -90,3 +95,8 @@ def test_no_drafter_at_all_is_a_clear_error():
     with pytest.raises(UserError, match=r"No drafter given \(--draft\).*'/some/target'.*"
                                         r"Pass --draft CHECKPOINT"):
         drafter_or_default(None, "/some/target")
+    # the message lists both shipped drafters and which engines serve each
+    with pytest.raises(UserError, match=r"smollm2-135m-instruct: vLLM and the reference engine; "
+                                        r"SGLang refuses it \(norm_before_fc.*"
+                                        r"smollm2-135m-instruct-sglang: SGLang"):
+        drafter_or_default(None, "/some/target", engine="sglang")

@@ -90,9 +90,10 @@ def serve_parser() -> argparse.ArgumentParser:
 def launch_config(args: argparse.Namespace) -> LaunchConfig:
     """The `LaunchConfig` of an `eagle3lab serve --engine vllm|sglang` command line (also
     what preflight judges for it): a preset target as its prepared directory, the drafter
-    given or, with --speculative, the default one."""
+    given or, with --speculative, the default one (for SGLang the SGLang-servable shipped
+    drafter: the default one is normed, which SGLang refuses)."""
     target = str(preset_dir(args.target)) if args.target in TARGET_PRESETS else args.target
-    draft = (str(drafter_or_default(args.draft, args.target))
+    draft = (str(drafter_or_default(args.draft, args.target, engine=args.engine))
              if args.speculative or args.draft else None)
     return LaunchConfig(engine=args.engine, target=target, draft=draft, steps=args.steps,
                         topk=args.topk, draft_tokens=args.draft_tokens, host=args.host,

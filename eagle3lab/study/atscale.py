@@ -40,7 +40,8 @@ from eagle3lab.train.config import check_train_overrides
 
 STUDY_FORMAT = "eagle3lab-study-atscale"
 
-#: The recipe of the shipped drafter (data/drafters/smollm2-135m-instruct/README.md).
+#: Our recipe: that of the SGLang-servable shipped drafter (the default until the study's winner
+#: replaced it; data/drafters/smollm2-135m-instruct-sglang/README.md).
 OUR_RECIPE: dict[str, Any] = {
     "ttt_steps": 5, "ttt_step_loss_decay": 1.0, "train_lm_head": True, "lr": 8e-4,
     "schedule": "cosine", "warmup_steps": 50, "grad_clip": 1.0,

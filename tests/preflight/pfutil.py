@@ -44,20 +44,23 @@ def vllm_cmd(target, draft, *extra: str, k: int = 3) -> list[str]:
     return ["vllm", "serve", str(target), "--speculative-config", sc, *extra]
 
 
-def shipped_drafter() -> Path:
-    """The drafter shipped for the default target (data/drafters/smollm2-135m-instruct)."""
+def shipped_drafter(*, sglang: bool = False) -> Path:
+    """The drafter shipped for the default target (data/drafters/smollm2-135m-instruct: the
+    study's winner, normed, TTT 3, vLLM only), or with `sglang` the SGLang-servable one
+    (data/drafters/smollm2-135m-instruct-sglang: no norms, TTT 5)."""
     from eagle3lab.config import DEFAULT_TARGET
     from eagle3lab.workdir import drafters_dir
 
-    return drafters_dir() / DEFAULT_TARGET
+    return drafters_dir() / (DEFAULT_TARGET + ("-sglang" if sglang else ""))
 
 
-def shipped_copy(dst: Path, *, config=None, state=None, sidecar: bool = True) -> Path:
-    """A copy of the shipped drafter with a planted fault: `config` edits config.json (a dict,
-    in place), `state` the tensors (the edited tensors are written to a new file); otherwise
-    model.safetensors is a symlink to the shipped file, which is never written. `sidecar`:
-    keep its training record (eagle3lab.json)."""
-    src = shipped_drafter()
+def shipped_copy(dst: Path, *, config=None, state=None, sidecar: bool = True,
+                 sglang: bool = False) -> Path:
+    """A copy of the shipped drafter (`sglang`: the SGLang-servable one) with a planted fault:
+    `config` edits config.json (a dict, in place), `state` the tensors (the edited tensors
+    are written to a new file); otherwise model.safetensors is a symlink to the shipped file,
+    which is never written. `sidecar`: keep its training record (eagle3lab.json)."""
+    src = shipped_drafter(sglang=sglang)
     dst.mkdir(parents=True)
     cfg = json.loads((src / "config.json").read_text())
     if config is not None:

@@ -1,8 +1,11 @@
-"""vLLM 0.25.1, as read in its source, against the shipped drafter (data/drafters/
-smollm2-135m-instruct: speculators format, eagle3, aux ids [2, 15, 27], draft vocab 8192,
-TTT 5, norm flags false, with its eagle3lab.json) on the default target (SmolLM2-135M-
-Instruct, LlamaForCausalLM, 30 layers): each test plants one fault into a copy and checks
-the finding code and severity of `vllm serve TARGET --speculative-config {...}`.
+"""vLLM 0.25.1, as read in its source, against the shipped drafters on the default target
+(SmolLM2-135M-Instruct, LlamaForCausalLM, 30 layers). The planted faults go into a copy of
+the SGLang-servable one (data/drafters/smollm2-135m-instruct-sglang: speculators format,
+eagle3, aux ids [2, 15, 27], draft vocab 8192, TTT 5, norm flags false, with its
+eagle3lab.json), whose flags, depth and SGLang conversion these tests are about; the default
+drafter (data/drafters/smollm2-135m-instruct: the study's winner, norm flags true, TTT 3)
+must pass as well. Each test checks the finding code and severity of `vllm serve TARGET
+--speculative-config {...}`.
 
 Config and safetensors headers only: no weights are loaded (a planted tensor fault writes
 a new 20 MB file; otherwise the copy links the shipped weights)."""
@@ -20,9 +23,11 @@ from eagle3lab.preflight.command import parse_command
 from eagle3lab.preflight.run import preflight
 
 TARGET = preset_dir(DEFAULT_TARGET)
+SGLANG = shipped_drafter(sglang=True)
 pytestmark = pytest.mark.skipif(
-    not (TARGET / "config.json").is_file() or not (shipped_drafter() / "config.json").is_file(),
-    reason="the default target (make target) or the shipped drafter is missing")
+    not (TARGET / "config.json").is_file() or not (shipped_drafter() / "config.json").is_file()
+    or not (SGLANG / "config.json").is_file(),
+    reason="the default target (make target) or a shipped drafter is missing")
 
 
 def serve(draft, k: int | None = 3, *, env: str | None = None, target=TARGET, **kw):
@@ -44,8 +49,9 @@ def one(report, code):
     return f
 
 
-def test_the_shipped_drafter_passes_on_vllm_0251():
-    r = serve(shipped_drafter())
+@pytest.mark.parametrize("sglang", [False, True], ids=["default", "sglang"])
+def test_the_shipped_drafter_passes_on_vllm_0251(sglang):
+    r = serve(shipped_drafter(sglang=sglang))
     assert r.verdict == "ok" and problems(r) == [], r.table()
     assert r.capture["table"] == "vllm-0.25.1" and r.capture["status"] == "yes"
     assert r.aux["engine_capture_points"] == r.aux["training_capture_points"] == [2, 15, 27]
@@ -57,7 +63,7 @@ def test_the_shipped_drafter_passes_on_vllm_0251():
 def test_aux_ids_written_in_sglangs_convention(tmp_path):
     """[1, 14, 26] are SGLang's ids for capture points [2, 15, 27]; vLLM 0.25.1 reads the
     top-level ids unshifted and captures [1, 14, 26]: the training record says otherwise."""
-    d = shipped_copy(tmp_path / "d", config=lambda c: c.update(
+    d = shipped_copy(tmp_path / "d", sglang=True, config=lambda c: c.update(
         eagle_aux_hidden_state_layer_ids=[1, 14, 26]))
     f = one(serve(d), "aux-layers")
     assert f.severity == "error" and f.found == [1, 14, 26] and f.expected == [2, 15, 27]
@@ -65,7 +71,7 @@ def test_aux_ids_written_in_sglangs_convention(tmp_path):
 
 
 def test_d2t_absent_maps_draft_ids_to_target_ids_0_to_n(tmp_path):
-    d = shipped_copy(tmp_path / "d", state=lambda s: s.pop("d2t"))
+    d = shipped_copy(tmp_path / "d", sglang=True, state=lambda s: s.pop("d2t"))
     f = one(serve(d), "missing-keys")
     assert f.severity == "error" and "d2t" in f.message
     assert "draft_id_to_target_id at zeros" in f.message
@@ -73,15 +79,16 @@ def test_d2t_absent_maps_draft_ids_to_target_ids_0_to_n(tmp_path):
 
 def test_norm_before_residual_absent_is_true_in_vllm(tmp_path):
     """vLLM's speculators adapter defaults an absent norm_before_residual to True (algos.py);
-    the shipped drafter was trained with False (its eagle3lab.json engine_profile): error.
+    the SGLang-servable drafter was trained with False (its eagle3lab.json engine_profile): error.
     Without the record, what training used is not known: a warning."""
     drop = lambda c: c.pop("norm_before_residual")  # noqa: E731
-    f = one(serve(shipped_copy(tmp_path / "rec", config=drop)), "norm-variant")
+    f = one(serve(shipped_copy(tmp_path / "rec", sglang=True, config=drop)), "norm-variant")
     assert f.severity == "error" and (f.expected, f.found) == (False, True)
     assert "eagle3lab.json" in f.message
-    f = one(serve(shipped_copy(tmp_path / "bare", config=drop, sidecar=False)), "norm-variant")
+    bare = shipped_copy(tmp_path / "bare", sglang=True, config=drop, sidecar=False)
+    f = one(serve(bare), "norm-variant")
     assert f.severity == "warning" and (f.expected, f.found) == (False, True)
-    explicit = shipped_copy(tmp_path / "true", config=lambda c: c.update(
+    explicit = shipped_copy(tmp_path / "true", sglang=True, config=lambda c: c.update(
         norm_before_residual=True))
     f = one(serve(explicit), "norm-variant")  # stated True, trained False (the record)
     assert f.severity == "error"
@@ -90,25 +97,29 @@ def test_norm_before_residual_absent_is_true_in_vllm(tmp_path):
 def test_num_speculative_tokens_beyond_the_trained_depth(tmp_path):
     """TTT 5 (speculators_config.proposal_methods[0].speculative_tokens): vLLM accepts any
     num_speculative_tokens > 0; 7 is served, with little acceptance at positions 6-7."""
-    assert not [f for f in serve(shipped_drafter(), 5).findings if f.code == "draft-tokens"]
-    f = one(serve(shipped_drafter(), 7), "draft-tokens")
+    assert not [f for f in serve(SGLANG, 5).findings if f.code == "draft-tokens"]
+    f = one(serve(SGLANG, 7), "draft-tokens")
     assert f.severity == "warning" and (f.expected, f.found) == (5, 7)
-    recorded = shipped_copy(tmp_path / "d", config=lambda c: c[
+    recorded = shipped_copy(tmp_path / "d", sglang=True, config=lambda c: c[
         "speculators_config"]["proposal_methods"][0].update(speculative_tokens=3))
     f = one(serve(recorded, 4), "draft-tokens")
     assert (f.expected, f.found) == (3, 4)
+    # The default drafter was trained with TTT 3 and records it: 4 gets the same warning.
+    assert not [f for f in serve(shipped_drafter(), 3).findings if f.code == "draft-tokens"]
+    f = one(serve(shipped_drafter(), 4), "draft-tokens")
+    assert f.severity == "warning" and (f.expected, f.found) == (3, 4)
 
 
 @pytest.mark.parametrize("k", [None, 0])
 def test_num_speculative_tokens_missing_or_zero_refuses_to_start(k):
-    f = one(serve(shipped_drafter(), k), "draft-tokens")
+    f = one(serve(SGLANG, k), "draft-tokens")
     assert f.severity == "error" and "speculative.py" in f.message
 
 
 def test_fc_built_for_one_layer(tmp_path):
     """A drafter trained on one layer's features (fc [H, H]): vLLM 0.25.1 builds fc for
     3 x H and its weight loader refuses the weight (the server does not start)."""
-    d = shipped_copy(tmp_path / "d", state=lambda s: s.update(
+    d = shipped_copy(tmp_path / "d", sglang=True, state=lambda s: s.update(
         {"fc.weight": s["fc.weight"][:, :576]}))
     f = one(serve(d), "fc-dim")
     assert f.severity == "error" and (f.expected, f.found) == (1728, 576)
@@ -117,12 +128,12 @@ def test_fc_built_for_one_layer(tmp_path):
 
 @pytest.fixture(scope="module")
 def flat(tmp_path_factory):
-    """The shipped drafter converted for SGLang 0.5.23 (flat config, ids [1, 14, 26] in
-    eagle_config, as SGLang reads them)."""
+    """The SGLang-servable shipped drafter converted for SGLang 0.5.23 (flat config, ids
+    [1, 14, 26] in eagle_config, as SGLang reads them)."""
     from eagle3lab.formats.convert import convert_checkpoint
 
     out = tmp_path_factory.mktemp("flat") / "sglang"
-    return convert_checkpoint(shipped_drafter(), out, to="sglang", target=TARGET,
+    return convert_checkpoint(SGLANG, out, to="sglang", target=TARGET,
                               engine="sglang-0.5.23").path
 
 
@@ -158,7 +169,8 @@ def test_last_layer_drafter_starts_only_on_the_v1_runner(flat, tmp_path):
 
 
 def test_use_aux_hidden_state_where_vllm_does_not_read_it(tmp_path):
-    d = shipped_copy(tmp_path / "d", config=lambda c: c.update(use_aux_hidden_state=False))
+    d = shipped_copy(tmp_path / "d", sglang=True,
+                     config=lambda c: c.update(use_aux_hidden_state=False))
     f = one(serve(d), "fc-dim")
     assert f.severity == "warning" and "does not read it" in f.message
 
@@ -168,7 +180,7 @@ def test_seed_failure_checkpoint_loads_on_vllm(tmp_path):
     is dropped by SGLang's midlayer loader; vLLM 0.25.1 loads both prefixes."""
     from eagle3lab.specdec.failures import sglang_config_speculators_keys
 
-    d = sglang_config_speculators_keys(shipped_drafter(), tmp_path / "f", target=TARGET)
+    d = sglang_config_speculators_keys(SGLANG, tmp_path / "f", target=TARGET)
     assert serve(d).ok
     old = preflight(["python", "-m", "sglang.launch_server", "--model-path", str(TARGET),
                      "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
@@ -177,16 +189,16 @@ def test_seed_failure_checkpoint_loads_on_vllm(tmp_path):
 
 
 def test_unsupported_layer_type_refuses_to_start(tmp_path):
-    d = shipped_copy(tmp_path / "d", config=lambda c: c["transformer_layer_config"].update(
-        model_type="mistral"))
+    d = shipped_copy(tmp_path / "d", sglang=True, config=lambda c: c[
+        "transformer_layer_config"].update(model_type="mistral"))
     f = one(serve(d), "architecture")
     assert f.severity == "error" and "algos.py" in f.message
 
 
 def test_engine_version_notes():
-    newer = serve(shipped_drafter(), engine_version="0.26.0")
+    newer = serve(SGLANG, engine_version="0.26.0")
     assert any("may differ" in f.message for f in newer.findings if f.severity == "info")
-    exact = serve(shipped_drafter(), engine_version="0.25.1")
+    exact = serve(SGLANG, engine_version="0.25.1")
     assert not any("0.25.1" in f.message and "not known" in f.message for f in exact.findings)
 
 

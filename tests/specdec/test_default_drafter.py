@@ -1,6 +1,7 @@
-"""The shipped default drafter: intact, passes the doctor for its engine, and its accept
-length is re-measured (not copied) on a few held-out prompts against a regression floor;
-the seed failures collapse acceptance towards 1.0 on the same prompts."""
+"""The shipped default drafter (the study's winner): intact, passes the doctor for its
+engine, and its accept length is re-measured (not copied) on a few held-out prompts against
+a regression floor, as is the SGLang-servable shipped drafter's; the seed failures collapse
+acceptance towards 1.0 on the same prompts."""
 
 from pathlib import Path
 
@@ -11,24 +12,34 @@ from eagle3lab.specdec.accept import Arm, measure_acceptance
 from eagle3lab.workdir import default_drafter
 
 DRAFTER = Path(__file__).resolve().parents[2] / "data" / "drafters" / "smollm2-135m-instruct"
+#: The SGLang-servable shipped drafter (the default one until the study's winner replaced it).
+SGLANG_DRAFTER = DRAFTER.with_name(DRAFTER.name + "-sglang")
 
-#: Measured on the 2-core CPU for this drafter (fp32, these 3 prompts x 32 tokens, 3 steps):
-#: tau 1.92 (x 48 tokens: 1.80; its README: 1.87 over 12 prompts x 96 tokens; the previous
-#: default drafter gave 1.66 x 48). The floor leaves margin for other hardware's rounding.
+#: Measured on the 2-core CPU (fp32, these 3 prompts x 32 tokens, 3 steps), 2026-12-03:
+#: the default drafter (the study's winner) tau 2.23 (x 48 tokens: 1.97); the
+#: SGLang-servable one 1.92 (x 48: 1.80; its README: 1.87 over 12 prompts x 96 tokens; the
+#: default drafter before it gave 1.66 x 48). Each floor leaves about the old margin
+#: (0.4) for other hardware's rounding.
 #: 32 tokens, not 48: the slowest test of the suite took a third less for the same checks.
-TAU_FLOOR = 1.5
-#: "Collapse towards 1.0": the failure arms keep under 40% of the healthy excess over 1.0
-#: (measured x 32 tokens: healthy 1.92, last_layer 1.08, dropped decoder keys 1.17; x 48:
-#: 1.80, 1.05, 1.13) and stay below 1.25.
-COLLAPSE_SHARE, COLLAPSED = 0.4, 1.25
+TAU_FLOOR = 1.8
+SGLANG_TAU_FLOOR = 1.5
+#: "Collapse towards 1.0": the failure arms keep under 40% of their healthy drafter's excess
+#: over 1.0 and stay below a ceiling: last_layer features on the default drafter (measured
+#: x 32 tokens: 1.35 against 2.23; x 48: 1.32 against 1.97; its norm before fc keeps more
+#: than the unnormed drafter's 1.08) below 1.5; dropped decoder keys on the SGLang-servable
+#: one (1.17 against 1.92; x 48: 1.13 against 1.80) below 1.25.
+COLLAPSE_SHARE = 0.4
+COLLAPSED = {"last_layer": 1.5, "keys dropped": 1.25}
 MAX_NEW_TOKENS = 32
 
 
 def test_shipped_drafter_is_intact_and_small():
-    assert_checksums(DRAFTER)
-    assert (DRAFTER / "model.safetensors").stat().st_size < 25e6
-    assert (DRAFTER / "README.md").is_file()
+    for d in (DRAFTER, SGLANG_DRAFTER):
+        assert_checksums(d)
+        assert (d / "model.safetensors").stat().st_size < 25e6
+        assert (d / "README.md").is_file()
     assert default_drafter() == str(DRAFTER)
+    assert default_drafter(engine="sglang") == str(SGLANG_DRAFTER)
 
 
 @pytest.mark.real
@@ -44,20 +55,28 @@ def test_shipped_drafter_passes_the_doctor(default_target_dir):
 @pytest.mark.slow
 @pytest.mark.full
 def test_tau_floor_and_failure_collapse(default_target_dir, real_target, tmp_path):
+    """The default drafter's floor and its last-layer failure; the seed failure (an SGLang
+    config over speculators' keys) is an SGLang one, and SGLang serves only the
+    SGLang-servable shipped drafter (the default one is normed: no SGLang release applies
+    norm_before_residual, so it cannot be converted), so it is built from that one and
+    collapses against that one's own healthy accept length."""
     from eagle3lab.specdec.failures import sglang_config_speculators_keys
 
-    bad = sglang_config_speculators_keys(DRAFTER, tmp_path / "bad", target=default_target_dir)
+    bad = sglang_config_speculators_keys(SGLANG_DRAFTER, tmp_path / "bad",
+                                         target=default_target_dir)
     r = measure_acceptance(
         target=real_target,
         arms=[Arm("healthy", str(DRAFTER)), Arm("last_layer", str(DRAFTER), "last_layer"),
+              Arm("healthy sglang", str(SGLANG_DRAFTER)),
               Arm("keys dropped", str(bad), "fused", "sglang")],
         prompts="eval", limit=3, max_new_tokens=MAX_NEW_TOKENS, steps=3, progress=False)
     tau = {a["name"]: a["stats"]["tau"] for a in r["arms"]}
     assert all(a["matches_plain"] == 3 for a in r["arms"]), "exact greedy output"
     assert tau["healthy"] >= TAU_FLOOR, tau
-    for arm in ("last_layer", "keys dropped"):
-        assert tau[arm] < COLLAPSED, tau
-        assert tau[arm] - 1 < COLLAPSE_SHARE * (tau["healthy"] - 1), tau
+    assert tau["healthy sglang"] >= SGLANG_TAU_FLOOR, tau
+    for arm, healthy in (("last_layer", "healthy"), ("keys dropped", "healthy sglang")):
+        assert tau[arm] < COLLAPSED[arm], tau
+        assert tau[arm] - 1 < COLLAPSE_SHARE * (tau[healthy] - 1), tau
 
 
 @pytest.mark.real

@@ -1,7 +1,8 @@
-"""eagle3lab.study.gap on the shipped default drafter's real H200 training curve
-(data/drafters/smollm2-135m-instruct/metrics.jsonl): the loss summed over its 5 TTT
-positions, the plateau the detector finds in it, and the train/eval gap, each checked
-against numbers computed here straight from the JSONL lines."""
+"""eagle3lab.study.gap on the SGLang-servable shipped drafter's real H200 training curve
+(data/drafters/smollm2-135m-instruct-sglang/metrics.jsonl, the default drafter until the
+study's winner replaced it): the loss summed over its 5 TTT positions, the plateau the
+detector finds in it, and the train/eval gap, each checked against numbers computed here
+straight from the JSONL lines."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 from eagle3lab.study.gap import (gap_curve, gap_table, key_numbers, plateau_and_gap,
                                  plot_plateau_and_gap, reference_frames, with_loss_sum)
 
-SHIPPED = Path(__file__).resolve().parents[2] / "data" / "drafters" / "smollm2-135m-instruct"
+SHIPPED = (Path(__file__).resolve().parents[2] / "data" / "drafters"
+           / "smollm2-135m-instruct-sglang")
 
 
 def _lines() -> list[dict]:
@@ -92,7 +94,8 @@ def test_gap_curve_takes_the_train_mean_up_to_each_evaluation():
 def test_reference_frames_default_names_and_leaves_out_what_is_drawn(tmp_path):
     frames, notes = reference_frames(["default"])
     assert frames[0].attrs["run"] == "shipped default drafter, own eval split"
-    frames, notes = reference_frames(["default", tmp_path / "nope"], exclude=[SHIPPED])
+    default = SHIPPED.with_name("smollm2-135m-instruct")  # "default": the default drafter
+    frames, notes = reference_frames(["default", tmp_path / "nope"], exclude=[default])
     assert frames == []
     assert "already drawn" in notes[0] and "does not exist" in notes[1]
 

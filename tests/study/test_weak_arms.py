@@ -259,7 +259,8 @@ def test_committed_config_keeps_the_finished_runs():
     runs committed there keep their names (restore finds them) and their settings, and the
     other arms keep their order."""
     raw = json.loads((ROOT / "data/studies/h200-grok/config.json").read_text())
-    assert raw["weak"]["ranker"] == "data/drafters/smollm2-135m-instruct"
+    # the drafter that ranked the weak arms: the shipped one then, the -sglang one now
+    assert raw["weak"]["ranker"] == "data/drafters/smollm2-135m-instruct-sglang"
     assert (ROOT / raw["weak"]["ranker"] / "config.json").is_file()
     with_weak = AtScaleConfig.from_dict({**raw, "out": "o"})
     without = AtScaleConfig.from_dict({**{k: v for k, v in raw.items() if k != "weak"},

@@ -1,33 +1,56 @@
-"""The study's best drafter, committed with its results (data/studies/h200-grok/winner):
-intact, named by `against_reference` as the run that beats the shipped drafter, and passed
-by the doctor for the engine that serves it (vLLM), refused for SGLang with the codes its
-README gives."""
+"""The study's best drafter is the shipped default (data/drafters/smollm2-135m-instruct,
+from data/studies/h200-grok's run long-speculators-all-32M-wd0.01-s0): intact, the run
+`against_reference` names as the one that beats the previous shipped drafter (now
+data/drafters/smollm2-135m-instruct-sglang), its curve that run's, and passed by the
+doctor for the engine that serves it (vLLM), refused for SGLang with the codes its README
+gives."""
 
+import json
 from pathlib import Path
 
 import pytest
 from checksums import assert_checksums
 
 from eagle3lab.study.atscale_read import against_reference, load_results
+from eagle3lab.workdir import default_drafter
 
-STUDY = Path(__file__).resolve().parents[2] / "data" / "studies" / "h200-grok"
-WINNER = STUDY / "winner"
+REPO = Path(__file__).resolve().parents[2]
+STUDY = REPO / "data" / "studies" / "h200-grok"
+SHIPPED = REPO / "data" / "drafters" / "smollm2-135m-instruct"
+BEST = "long-speculators-all-32M-wd0.01-s0"
 
 
-def test_the_winner_is_intact_and_is_the_best_run():
-    assert assert_checksums(WINNER) == {"config.json", "eagle3lab.json", "model.safetensors"}
+def test_the_shipped_drafter_is_intact_and_is_the_best_run():
+    assert default_drafter() == str(SHIPPED)
+    assert assert_checksums(SHIPPED) == {"config.json", "eagle3lab.json", "model.safetensors",
+                                         "metrics.jsonl"}
     ref = against_reference(load_results(STUDY))
-    assert ref["replaces"] and ref["best_run"] == "long-speculators-all-32M-wd0.01-s0"
-    assert ref["best_run"] in (WINNER / "README.md").read_text()
+    assert ref["replaces"] and ref["best_run"] == BEST
+    assert ref["best_run"] in (SHIPPED / "README.md").read_text()
     assert ref["best_tau"] > ref["reference_tau"] + 0.2
+    # its curve is the run's, and the run's recipe is what the drafter records
+    run = STUDY / "runs" / BEST
+    assert (SHIPPED / "metrics.jsonl").read_bytes() == (run / "metrics.jsonl").read_bytes()
+    cfg = json.loads((SHIPPED / "config.json").read_text())
+    assert (cfg["norm_before_fc"], cfg["norm_before_residual"], cfg["norm_output"]) == \
+        (True, True, True)
+    ttt = len(json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["eval"]["loss"])
+    assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == ttt == 3
 
 
 @pytest.mark.real
 def test_the_doctor_serves_it_on_vllm_and_not_on_sglang(default_target_dir):
     from eagle3lab.formats.doctor import inspect_checkpoint
 
-    vllm = inspect_checkpoint(WINNER, target=str(default_target_dir), engine="vllm")
+    vllm = inspect_checkpoint(SHIPPED, target=str(default_target_dir), engine="vllm")
     assert vllm.format == "speculators"
     assert not [f for f in vllm.findings if f.severity == "error"], vllm.to_json()
-    sglang = inspect_checkpoint(WINNER, target=str(default_target_dir), engine="sglang")
+    sglang = inspect_checkpoint(SHIPPED, target=str(default_target_dir), engine="sglang")
     assert {"norm-before-fc", "norm-variant"} <= {f.code for f in sglang.findings}
+    # SGLang gets the SGLang-servable shipped drafter, which has none of those norms (in
+    # speculators' layout: SGLang needs it converted, `eagle3lab convert --to sglang`)
+    sglang_default = Path(default_drafter(engine="sglang"))
+    assert sglang_default == SHIPPED.with_name(SHIPPED.name + "-sglang")
+    codes = {f.code for f in inspect_checkpoint(sglang_default, target=str(default_target_dir),
+                                                engine="sglang").findings}
+    assert not {"norm-before-fc", "norm-variant"} & codes, codes

@@ -49,9 +49,9 @@ def shipped_drafter(*, sglang: bool = False) -> Path:
     study's winner, normed, TTT 3, vLLM only), or with `sglang` the SGLang-servable one
     (data/drafters/smollm2-135m-instruct-sglang: no norms, TTT 5)."""
     from eagle3lab.config import DEFAULT_TARGET
-    from eagle3lab.workdir import drafters_dir
+    from eagle3lab.workdir import SGLANG_SUFFIX, drafters_dir
 
-    return drafters_dir() / (DEFAULT_TARGET + ("-sglang" if sglang else ""))
+    return drafters_dir() / (DEFAULT_TARGET + (SGLANG_SUFFIX if sglang else ""))
 
 
 def shipped_copy(dst: Path, *, config=None, state=None, sidecar: bool = True,

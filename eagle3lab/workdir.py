@@ -148,16 +148,13 @@ SGLANG_SUFFIX = "-sglang"
 
 
 def _serves_where(drafter: Path) -> str:
-    """Which engines serve a shipped drafter, from its config's norm flags (as the doctor
-    reads them: `parse_draft_config`): SGLang's LlamaForCausalLMEagle3 has none of
-    speculators' optional norms, so a normed drafter is vLLM's (and the reference engine's)
-    only."""
+    """Which engines serve a shipped drafter, from its config: SGLang's LlamaForCausalLMEagle3
+    has none of speculators' optional norms, so a normed drafter is vLLM's (and the
+    reference engine's) only."""
     import json
 
-    from eagle3lab.formats.detect import parse_draft_config
-
-    flags = parse_draft_config(json.loads((drafter / "config.json").read_text())).flags
-    normed = [k for k, on in flags.items() if on]
+    cfg = json.loads((drafter / "config.json").read_text())
+    normed = [k for k in ("norm_before_fc", "norm_before_residual", "norm_output") if cfg.get(k)]
     return (f"vLLM and the reference engine; SGLang refuses it ({', '.join(normed)})"
             if normed else "SGLang (convert it: eagle3lab convert --to sglang), vLLM and "
             "the reference engine")

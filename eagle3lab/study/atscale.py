@@ -543,6 +543,21 @@ def _weak_key(cfg: AtScaleConfig, pool: dict[str, Any]) -> dict[str, Any]:
     return {"weak": cfg.weak.model_dump(), "pool_sha256": pool["greedy"]["sha256"]}
 
 
+def _made_for(sel: dict[str, Any], cfg: AtScaleConfig, pool: dict[str, Any],
+              weights: dict[str, str]) -> bool:
+    """Whether a selection was made for this weak block and pool by a ranker with these
+    weights. The ranker is known by its weights, not its path: a drafter moved or renamed
+    (session 10's `-sglang` move) ranks the same, and re-ranking it cost a session 104 s
+    of device time."""
+    want = _weak_key(cfg, pool)
+
+    def block(w: Any) -> dict[str, Any]:
+        return {k: v for k, v in (w or {}).items() if k != "ranker"}
+    return (sel.get("format") == WEAK_FORMAT and sel.get("pool_sha256") == want["pool_sha256"]
+            and block(sel.get("weak")) == block(want["weak"])
+            and (sel.get("ranker") or {}).get("weights") == weights)
+
+
 def per_prompt_counts(*, target: Any, draft: str | os.PathLike, setting: str, prompts: list,
                       max_new_tokens: int, dtype: str = "bfloat16", device: str = "auto",
                       batch_size: int = 128) -> list[dict[str, Any]]:
@@ -600,9 +615,7 @@ def rank_weak(cfg: AtScaleConfig, *, target: Any = None, device: str = "auto",
     dst = out / WEAK_SELECTION
     if dst.is_file():
         old = read_json_object(dst, what="weak-spots selection")
-        if (old.get("format") == WEAK_FORMAT
-                and {k: old.get(k) for k in ("weak", "pool_sha256")} == _weak_key(cfg, pool)
-                and (old.get("ranker") or {}).get("weights") == weights):
+        if _made_for(old, cfg, pool, weights):
             if progress:
                 print(f"weak: {dst} is already made for this config; not ranked again.")
             return dst
@@ -675,9 +688,9 @@ def read_selection(cfg: AtScaleConfig, pool: dict[str, Any]) -> dict[str, Any]:
     p = Path(cfg.out) / WEAK_SELECTION
     sel = read_json_object(p, what="weak-spots selection",
                            fix="Delete it and run `bench/study_gpu.py weak` again.")
-    if sel.get("format") != WEAK_FORMAT or {
-            k: sel.get(k) for k in ("weak", "pool_sha256")} != _weak_key(cfg, pool):
-        raise UserError(f"{p} was made for another weak block or pool than this config's: "
+    if not _made_for(sel, cfg, pool, ranker_weights(resolve_ranker(cfg.weak.ranker))):
+        raise UserError(f"{p} was made for another weak block, pool or ranker than this "
+                        f"config's: "
                         f"run `bench/study_gpu.py weak` (atscale.rank_weak) again; it ranks "
                         f"anew.")
     return {**sel, "sha256": sha256_file(p)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import math
 import subprocess
 import sys
@@ -241,6 +242,17 @@ def test_bench_stages_one_line_collect_and_restore(tmp_path, files, ranker, tiny
     assert bench.main(["weak", "--work", str(w), "--device", "cpu", "--config",
                        str(cfgp)]) == 0
     assert "already made for this config; not ranked again" in capsys.readouterr().out
+    # the ranker moved (same weights, another path): still not ranked again, and plan
+    # takes the selection (it is known by its weights)
+    moved = tmp_path / "moved-ranker"
+    shutil.copytree(ranker, moved)
+    cfg = json.loads(cfgp.read_text())
+    cfg["weak"]["ranker"] = str(moved)
+    cfgp.write_text(json.dumps(cfg))
+    assert bench.main(["weak", "--work", str(w), "--device", "cpu", "--config",
+                       str(cfgp)]) == 0
+    assert "already made for this config; not ranked again" in capsys.readouterr().out
+    assert sel.read_bytes() == made
     assert bench.main(["plan", "--work", str(w), "--config", str(cfgp)]) == 0
     assert "2 weak-spots runs among them: weak-0.15k+4-s0" in capsys.readouterr().out
     res = collect(w / "study", tmp_path / "res")

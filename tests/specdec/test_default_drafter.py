@@ -15,8 +15,9 @@ DRAFTER = Path(__file__).resolve().parents[2] / "data" / "drafters" / "smollm2-1
 #: The SGLang-servable shipped drafter (the default one until the study's winner replaced it).
 SGLANG_DRAFTER = DRAFTER.with_name(DRAFTER.name + "-sglang")
 
-#: Measured on the 2-core CPU (fp32, these 3 prompts x 32 tokens, 3 steps), 2026-12-03:
-#: the default drafter (the study's winner) tau 2.23 (x 48 tokens: 1.97); the
+#: Measured on the 2-core CPU (fp32, these 3 prompts x 32 tokens, 3 steps), 2026-12-04:
+#: the default drafter (the study's 64M-token winner) tau 2.29 (x 48 tokens: 2.03; the
+#: 32M-token drafter before it 2.23 / 1.97); the
 #: SGLang-servable one 1.92 (x 48: 1.80; its README: 1.87 over 12 prompts x 96 tokens; the
 #: default drafter before it gave 1.66 x 48). Each floor leaves about the old margin
 #: (0.4) for other hardware's rounding.
@@ -25,7 +26,7 @@ TAU_FLOOR = 1.8
 SGLANG_TAU_FLOOR = 1.5
 #: "Collapse towards 1.0": the failure arms keep under 40% of their healthy drafter's excess
 #: over 1.0 and stay below a ceiling: last_layer features on the default drafter (measured
-#: x 32 tokens: 1.35 against 2.23; x 48: 1.32 against 1.97; its norm before fc keeps more
+#: x 32 tokens: 1.37 against 2.29; x 48: 1.37 against 2.03; its norm before fc keeps more
 #: than the unnormed drafter's 1.08) below 1.5; dropped decoder keys on the SGLang-servable
 #: one (1.17 against 1.92; x 48: 1.13 against 1.80) below 1.25.
 COLLAPSE_SHARE = 0.4

@@ -1,5 +1,5 @@
 """The study's best drafter is the shipped default (data/drafters/smollm2-135m-instruct,
-from data/studies/h200-grok's run long-speculators-all-32M-wd0.01-s0): intact, the run
+from data/studies/h200-grok's run long-speculators-all-64M-wd0.01-s0): intact, the run
 `against_reference` names as the one that beats the previous shipped drafter (now
 data/drafters/smollm2-135m-instruct-sglang), its curve that run's, and passed by the
 doctor for the engine that serves it (vLLM), refused for SGLang with the codes its README
@@ -17,7 +17,7 @@ from eagle3lab.workdir import default_drafter
 REPO = Path(__file__).resolve().parents[2]
 STUDY = REPO / "data" / "studies" / "h200-grok"
 SHIPPED = REPO / "data" / "drafters" / "smollm2-135m-instruct"
-BEST = "long-speculators-all-32M-wd0.01-s0"
+BEST = "long-speculators-all-64M-wd0.01-s0"
 
 
 def test_the_shipped_drafter_is_intact_and_is_the_best_run():

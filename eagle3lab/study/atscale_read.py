@@ -21,7 +21,11 @@ Prevents the misreadings such a study invites:
   "spread unknown";
 - a data budget read off a curve by eye: `fit_tau_curve` fits live tau against unique
   answer tokens and `tokens_for` gives the tokens for a goal with a bootstrap range, or
-  says the goal is out of reach when the fitted ceiling is below it.
+  says the goal is out of reach when the fitted ceiling is below it;
+- that ceiling (of the study's equal compute) read as the answer to "train longer?":
+  `plan_compute` fits live tau against tokens of training at one data size (the long
+  runs), gives the measured gain of each doubling and, from three lengths, the ceiling
+  their geometric decay implies.
 
 The notebooks (06, 02) call these with keyword arguments; the figures are in study/plots.py.
 """
@@ -39,7 +43,7 @@ from typing import Any, Sequence
 from eagle3lab.config import repo_root
 from eagle3lab.errors import UserError
 from eagle3lab.specdec.stats import AcceptStats
-from eagle3lab.study.atscale import REFERENCES, parse_setting, read_study
+from eagle3lab.study.atscale import OUR_RECIPE, REFERENCES, parse_setting, read_study
 from eagle3lab.study.curves import last_values
 from eagle3lab.study.gap import _short
 from eagle3lab.study.plateau import detect_plateau
@@ -941,19 +945,21 @@ class TauFit:
         curves = np.array([_predict(self.model, p, tokens) for p in self.boot or [self.params]])
         return np.quantile(curves, low, axis=0), np.quantile(curves, high, axis=0)
 
-    def describe(self) -> str:
+    def describe(self, *, levels_word: str = "data sizes") -> str:
+        """The fit in one sentence; `levels_word` names the x levels (the compute planner's
+        are "training lengths")."""
         n, levels = len(self.points), len({t for t, _ in self.points})
         if self.model == "saturating":
             p, r = self.params, self.ceiling_range()
             rng = f" (90% range {r[0]:.3g}-{r[1]:.3g})" if r else ""
             return (f"tau = {p['c']:.3g} - {p['a']:.3g} x (tokens / {_short(p['t0'])})^-"
-                    f"{p['b']:.3g}: ceiling {p['c']:.3g}{rng}; {n} points at {levels} data "
-                    f"sizes, rmse {self.rmse:.3g}.")
+                    f"{p['b']:.3g}: ceiling {p['c']:.3g}{rng}; {n} points at {levels} "
+                    f"{levels_word}, rmse {self.rmse:.3g}.")
         a = self.params["a"]
         return (f"tau = {self.params['c']:.3g} {'-' if a < 0 else '+'} {abs(a):.3g} x "
                 f"log10(tokens) "
-                f"(log-linear: {levels} data sizes are too few for a ceiling, so extrapolation "
-                f"is optimistic); {n} points, rmse {self.rmse:.3g}.")
+                f"(log-linear: {levels} {levels_word} are too few for a ceiling, so "
+                f"extrapolation is optimistic); {n} points, rmse {self.rmse:.3g}.")
 
 
 def _predict(model: str, p: dict[str, float], tokens):
@@ -1058,6 +1064,10 @@ class TokensNeeded:
     ceiling: float | None
     ranged: bool = True  # False: no more points than parameters, so no range
     reach_share: float | None = None  # the share of bootstrap refits that reach the goal
+    #: what the tokens are (the compute planner's: "tokens of training")
+    unit: str = "unique answer tokens"
+    #: what `largest_measured` was (the compute planner's: "the longest run measured")
+    measured: str = "the largest arm measured"
 
     def as_tuple(self) -> tuple[float | None, float | None, float | None] | str:
         """(estimate, low, high), or "out of reach"."""
@@ -1076,16 +1086,18 @@ class TokensNeeded:
         rng = (f"90% range {lo}-{hi}" if self.ranged else
                "no range: no more points than the fit's parameters")
         far = self.estimate / self.largest_measured
-        where = (f"{far:,.{1 if far < 10 else 0}f}x the largest arm measured" if far > 1
+        where = (f"{far:,.{1 if far < 10 else 0}f}x {self.measured}" if far > 1
                  else "within the sizes measured")
         caveat = "; log-linear fit: no ceiling, optimistic" if self.model == "log-linear" else ""
-        return (f"tau {self.goal:g} needs ~{_short(self.estimate)} unique answer tokens "
+        return (f"tau {self.goal:g} needs ~{_short(self.estimate)} {self.unit} "
                 f"({rng}; {where}{caveat}).")
 
 
-def tokens_for(fit: TauFit, tau: float = 3.0) -> TokensNeeded:
-    """The unique answer tokens at which `fit` reaches tau, with the bootstrap's range;
-    out of reach when the fitted ceiling is below the goal (or tau does not rise)."""
+def tokens_for(fit: TauFit, tau: float = 3.0, *, unit: str = "unique answer tokens",
+               measured: str = "the largest arm measured") -> TokensNeeded:
+    """The unique answer tokens (or whatever x `fit` has: `unit`, `measured` name it in the
+    text) at which `fit` reaches tau, with the bootstrap's range; out of reach when the
+    fitted ceiling is below the goal (or tau does not rise)."""
     import numpy as np
 
     est = float(_tokens_at(fit.model, fit.params, tau))
@@ -1101,7 +1113,8 @@ def tokens_for(fit: TauFit, tau: float = 3.0) -> TokensNeeded:
                         high=high if math.isfinite(high) else None,
                         reachable=math.isfinite(est),
                         largest_measured=max(t for t, _ in fit.points), model=fit.model,
-                        ceiling=fit.ceiling, ranged=bool(fit.boot), reach_share=share)
+                        ceiling=fit.ceiling, ranged=bool(fit.boot), reach_share=share,
+                        unit=unit, measured=measured)
 
 
 def planner_points(results: AtScaleResults, *, setting: str = MAIN_SETTING,
@@ -1191,12 +1204,203 @@ def _above_ceiling(fin, results: AtScaleResults, setting: str, ceiling: float | 
     return f" Past that ceiling: {'; '.join(parts)}." if parts else ""
 
 
+# --- the compute planner ("train longer?") -------------------------------------------------
+def _schedules(results: AtScaleResults, recipe: str) -> tuple[str, dict[str, str]]:
+    """(the recipe's own learning-rate schedule, {run: its schedule}): a long block's
+    override, else its recipe's (config `recipes`), else ours (OUR_RECIPE)."""
+    recipes = results.study["config"].get("recipes") or {}
+
+    def of(r: str) -> str:
+        return (recipes.get(r) or {}).get("schedule", OUR_RECIPE["schedule"])
+
+    runs = {a["name"]: (a.get("overrides") or {}).get("schedule") or of(
+        a.get("recipe", "eagle3lab")) for a in results.study.get("arms") or []}
+    return of(recipe), runs
+
+
+def _compute_rows(fin, results: AtScaleResults, setting: str, recipe: str,
+                  weight_decay: float | None):
+    """`final_values`' rows of `recipe`'s finished final drafters with live tau at `setting`,
+    at equal compute and long, at one weight decay (default the study's first), on the
+    recipe's own schedule, with their planned tokens of training (`training`, the study's
+    `tokens_per_run` or the long block's); and the runs left out for another schedule."""
+    wd = weight_decay if weight_decay is not None else results.study["config"][
+        "weight_decays"][0]
+    col = f"tau@{setting}"
+    if col not in fin:
+        return fin.iloc[0:0].assign(training=[]), wd, []
+    base = "data" if recipe == "eagle3lab" else "recipe"
+    f = fin[fin["kind"].isin([base, "long"]) & (fin["recipe"] == recipe)
+            & (fin["weight_decay"] == wd) & fin[col].notna()]
+    own, sched = _schedules(results, recipe)
+    other = sorted(r for r in f["run"] if sched.get(r, own) != own)
+    f = f[~f["run"].isin(other)]
+    planned = {a["name"]: a.get("tokens_per_run") or results.tokens_per_run
+               for a in results.study.get("arms") or []}
+    return f.assign(training=[float(planned.get(r, results.tokens_per_run))
+                              for r in f["run"]]), wd, other
+
+
+def compute_recipes(results: AtScaleResults, *, setting: str = MAIN_SETTING) -> list[str]:
+    """Recipes `plan_compute` can fit: those with finished final drafters at two or more
+    training lengths at one data size (the study's first weight decay); ours first."""
+    setting = measured_setting(results, setting) or setting
+    fin = final_values(results)
+    out = []
+    for recipe in sorted(set(fin["recipe"]), key=lambda r: (r != "eagle3lab", r)):
+        rows, _, _ = _compute_rows(fin, results, setting, recipe, None)
+        if len(rows) and rows.groupby("unique_tokens")["training"].nunique().max() >= 2:
+            out.append(recipe)
+    return out
+
+
+def three_point_ceiling(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | None:
+    """The ceiling implied by three (x, tau) levels whose gains shrink: the saturating curve
+    tau = c - a x^-b through the three points. For equal ratios of x (16M, 32M, 64M) the
+    increments d1, d2 decay geometrically by r = d2 / d1 per step and the gains left sum to
+    d2 r / (1 - r); for unequal ratios b solves (x2^-b - x3^-b) / (x1^-b - x2^-b) = r.
+    {"ceiling", "ratio" (r), "remaining", "b"}; None when a gain is not positive or the
+    gain per log-x does not shrink (no ceiling implied). Three points, no range: an
+    extrapolation."""
+    (x1, x2, x3), (y1, y2, y3) = sorted(xs), [y for _, y in sorted(zip(xs, ys))]
+    d1, d2 = y2 - y1, y3 - y2
+    if not (x1 < x2 < x3) or d1 <= 0 or d2 <= 0:
+        return None
+    r = d2 / d1
+    u2, u3 = x2 / x1, x3 / x1
+    if r >= math.log(x3 / x2) / math.log(x2 / x1) * (1 - 1e-9):  # g's limit as b -> 0
+        return None
+
+    def g(b: float) -> float:  # decreasing in b, from log(x3/x2)/log(x2/x1) to 0
+        return (u2 ** -b - u3 ** -b) / (1 - u2 ** -b)
+
+    lo, hi = 0.0, 1.0
+    while g(hi) > r:
+        lo, hi = hi, hi * 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if g(mid) > r else (lo, mid)
+    b = (lo + hi) / 2
+    remaining = d2 * u3 ** -b / (u2 ** -b - u3 ** -b)
+    return {"ceiling": y3 + remaining, "ratio": r, "remaining": remaining, "b": b}
+
+
+def _increments(xs: list[float], ys: list[float]) -> str:
+    """'+0.145 from 16M to 32M, +0.102 from 32M to 64M: each doubling adds less' (the gains
+    per doubling where the steps are not doublings)."""
+    steps = list(zip(xs, xs[1:], ys, ys[1:]))
+    parts = ", ".join(f"{y1 - y0:+.3f} from {_short(x0)} to {_short(x1)}"
+                      for x0, x1, y0, y1 in steps)
+    per = [(y1 - y0) / math.log2(x1 / x0) for x0, x1, y0, y1 in steps]
+    doublings = all(abs(math.log2(x1 / x0) - 1) < 0.01 for x0, x1, _, _ in steps)
+    if not doublings:
+        parts += " (per doubling: " + ", ".join(f"{p:+.3f}" for p in per) + ")"
+    if len(per) < 2:
+        return parts + ": one step, no bend to see"
+    if all(b < a for a, b in zip(per, per[1:])):
+        return parts + ": each doubling adds less"
+    if all(b >= a for a, b in zip(per, per[1:])):
+        return parts + ": no doubling adds less than the one before"
+    return parts + ": the gains per doubling do not shrink steadily"
+
+
+def plan_compute(results: AtScaleResults, *, recipe: str = "speculators",
+                 goals: Sequence[float] = (3.0, 3.5), setting: str = MAIN_SETTING,
+                 unique_tokens: float | None = None,
+                 weight_decay: float | None = None) -> dict[str, Any]:
+    """The compute planner, "train longer?": live tau at `setting` against TOKENS OF TRAINING
+    for one recipe at one data size. Prevents reading the data planner's (`plan_budget`)
+    ceiling as the answer to "train longer?": that ceiling is of the study's equal compute
+    (16M tokens of training per run), and runs trained longer on the same data go past it.
+
+    Points: (tokens of training, tau, seed) of `recipe`'s finished final drafters, at equal
+    compute (kind "data" for ours, "recipe" for another) and long runs (kind "long": their
+    planned `tokens_per_run`), on the recipe's own schedule (a long run on another is left
+    out and named), at one weight decay (default the study's first) and one data size
+    (`unique_tokens`, default the largest with two or more training lengths). Fitted with
+    `fit_tau_curve` (log-linear below four lengths: optimistic), so the text also gives the
+    measured gains between successive lengths, and with exactly three lengths the ceiling
+    their geometric decay implies (`three_point_ceiling`: an extrapolation, no range).
+
+    Returns plan_budget's shape: {"fit", "needs" (TokensNeeded in tokens of training),
+    "setting", "recipe", "text", "numbers" (keys prefixed compute_RECIPE_)}; fewer than two
+    training lengths: fit None and the text says why."""
+    setting = measured_setting(results, setting) or setting
+    fin = final_values(results)
+    rows, wd, other = _compute_rows(fin, results, setting, recipe, weight_decay)
+    who = _recipe_words(recipe)
+    lengths = rows.groupby("unique_tokens")["training"].nunique() if len(rows) else None
+    if unique_tokens is None and lengths is not None:
+        several = lengths[lengths >= 2]
+        unique_tokens = float((several if len(several) else lengths).index.max())
+    if unique_tokens is not None:
+        rows = rows[rows["unique_tokens"] == unique_tokens]
+    n = rows["training"].nunique()
+    if n < 2:
+        at = (f"{_short(float(unique_tokens))} unique answer tokens" if unique_tokens
+              is not None else "any data size")
+        return {"fit": None, "needs": [], "setting": setting, "recipe": recipe,
+                "numbers": {},
+                "text": f"Compute planner ({who}): {n} finished training length(s) with live "
+                        f"tau at {setting} at {at}, weight decay {wd:g}; it needs at least "
+                        f"two."}
+    col = f"tau@{setting}"
+    pts = [(float(r["training"]), float(r[col]), int(r["seed"])) for _, r in rows.iterrows()]
+    fit = fit_tau_curve(pts)
+    unit, measured = "tokens of training", "the longest run measured"
+    needs = [tokens_for(fit, g, unit=unit, measured=measured) for g in goals]
+    level = rows.assign(_tau=rows[col].astype(float)).groupby("training")["_tau"].mean(
+        ).sort_index()
+    xs, ys = [float(x) for x in level.index], [float(y) for y in level]
+    three = three_point_ceiling(xs, ys) if len(xs) == 3 else None
+    own = _schedules(results, recipe)[0]
+    head = (f"Compute planner, {who} (live tau at {setting} against tokens of training; "
+            f"{_short(float(unique_tokens))} unique answer tokens, weight decay {wd:g}, "
+            f"{own} schedule): tau "
+            + ", ".join(f"{y:.3f} at {_short(x)}" for x, y in zip(xs, ys))
+            + f" tokens of training (mean over seeds): {_increments(xs, ys)}.")
+    if len(xs) != 3:
+        tail = ""
+    elif three is None:
+        tail = " The three lengths' gains do not shrink: no ceiling implied by them."
+    else:
+        below = [g for g in goals if three["ceiling"] < g]
+        tail = (f" The three points' gains decay geometrically (r = {three['ratio']:.3f}"
+                + ("" if abs(math.log2(xs[1] / xs[0]) - math.log2(xs[2] / xs[1])) < 0.01
+                   else f"; the saturating curve through them, x^-{three['b']:.3g}")
+                + f"), so the gains left sum to ~{three['remaining']:.3f}: a ceiling of "
+                  f"~{three['ceiling']:.3g} (an extrapolation from three points, no range)"
+                + (f", below tau {' and '.join(f'{g:g}' for g in below)}" if below else "")
+                + ".")
+    text = (f"{head} {fit.describe(levels_word='training lengths')} "
+            + " ".join(n.text for n in needs) + tail
+            + f" Every point is {who} on the same {_short(float(unique_tokens))} unique answer "
+              f"tokens: a curve of training length at this data size, not of data (the data "
+              f"planner's ceiling is one of {results.tokens_per_run:,} tokens of training)."
+            + (f" Left out, on another schedule: {', '.join(other)}." if other else ""))
+    pre = f"compute_{recipe}_"
+    numbers: dict[str, Any] = {
+        f"{pre}setting": setting, f"{pre}model": fit.model,
+        f"{pre}unique_tokens": float(unique_tokens), f"{pre}weight_decay": wd,
+        f"{pre}training_tokens": xs, f"{pre}tau": ys,
+        f"{pre}increments": [b - a for a, b in zip(ys, ys[1:])],
+        f"{pre}ceiling_3pt": three["ceiling"] if three else None}
+    for nd in needs:
+        key = f"{pre}tokens_for_tau_{nd.goal:g}".replace(".", "_")
+        numbers[key] = nd.estimate if nd.reachable else "out of reach"
+        numbers[key + "_range"] = [nd.low, nd.high]
+    return {"fit": fit, "needs": needs, "setting": setting, "recipe": recipe, "text": text,
+            "numbers": numbers}
+
+
 def summary_numbers(results: AtScaleResults, *, setting: str = MAIN_SETTING,
                     goals: Sequence[float] = (3.0, 3.5)) -> dict[str, Any]:
     """The at-scale section's key numbers for the batch report (record_summary)."""
     v = verdict(results, setting=setting)
     plans = [plan_budget(results, setting=setting, goals=goals, recipe=r)
              for r in planned_recipes(results)]
+    plans += [plan_compute(results, setting=setting, goals=goals, recipe=r)
+              for r in compute_recipes(results, setting=setting)]
     counts = results.arms["status"].value_counts()
     return {"atscale_runs_done": int(counts.get("done", 0)),
             "atscale_runs_planned": len(results.arms),

@@ -711,7 +711,7 @@ def test_long_sentence_names_a_recipe_other_than_ours():
 def test_planner_names_what_its_ceiling_is_not_a_ceiling_of():
     """On the committed H200 study: our recipe's data arms at 16M tokens fit a ceiling near
     2.0, and the planner says which final drafters went past it (speculators' recipe on the
-    whole pool at 32M tokens, then at equal compute on the whole pool, 6M and 1.6M tokens),
+    whole pool at 64M and 32M tokens, then at equal compute on the whole pool and 6M tokens),
     best first and at most four, so nobody reads the ceiling as the target's."""
     import re
 
@@ -723,14 +723,89 @@ def test_planner_names_what_its_ceiling_is_not_a_ceiling_of():
     assert (fin["long-speculators-all-32M-wd0.01-s0"] > fin["recipe-speculators-1.6M-s0"]
             > fin["long-all-32M-wd0.01-s0"] > ceiling)
     tail = plan["text"].split("Past that ceiling: ")[1]
-    assert tail.startswith("long-speculators-all-32M-wd0.01-s0 "
-                           f"{fin['long-speculators-all-32M-wd0.01-s0']:.2f} (speculators "
-                           "recipe, 18.3M unique answer tokens, 32M tokens of training); ")
+    assert tail.startswith("long-speculators-all-64M-wd0.01-s0 "
+                           f"{fin['long-speculators-all-64M-wd0.01-s0']:.2f} (speculators "
+                           "recipe, 18.3M unique answer tokens, 64M tokens of training); ")
     named = re.findall(r"(?:^|; )(\S+) (\d\.\d\d) \(", tail)
-    assert [n for n, _ in named] == ["long-speculators-all-32M-wd0.01-s0",
-                                     "recipe-speculators-all-s0", "recipe-speculators-6M-s0",
-                                     "recipe-speculators-1.6M-s1"]
+    assert [n for n, _ in named] == ["long-speculators-all-64M-wd0.01-s0",
+                                     "long-speculators-all-32M-wd0.01-s0",
+                                     "recipe-speculators-all-s0", "recipe-speculators-6M-s1"]
     assert [float(t) for _, t in named] == sorted((float(t) for _, t in named), reverse=True)
     assert (f"recipe-speculators-all-s0 {fin['recipe-speculators-all-s0']:.2f} (speculators "
             "recipe, 18.3M unique answer tokens, 16M tokens of training)") in tail
     assert "data-" not in tail
+
+
+def test_compute_planner_answers_train_longer_on_the_committed_study():
+    """On the committed H200 study: the speculators recipe on the whole pool (18.3M unique
+    answer tokens, weight decay 0.01) at 16M, 32M and 64M tokens of training. Three lengths:
+    a log-linear (optimistic) fit, so the text gives the measured gains per doubling (each
+    adds less) and the ceiling their geometric decay implies (~2.99, three points, no
+    range); tau 3 needs more training than the longest run, in tokens of training, not the
+    data planner's unique answer tokens."""
+    from eagle3lab.study.atscale_read import compute_recipes, plan_compute, three_point_ceiling
+
+    res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
+    fin = final_values(res).set_index("run")["tau@5,1,6"]
+    runs = ["recipe-speculators-all-s0", "long-speculators-all-32M-wd0.01-s0",
+            "long-speculators-all-64M-wd0.01-s0"]
+    taus = [fin[r] for r in runs]
+    plan = plan_compute(res)
+    fit, text = plan["fit"], plan["text"]
+    assert plan["setting"] == "5,1,6" and plan["recipe"] == "speculators"
+    assert sorted(fit.points) == [(16e6, taus[0]), (32e6, taus[1]), (64e6, taus[2])]
+    assert fit.model == "log-linear"
+    assert text.startswith("Compute planner, the speculators recipe (live tau at 5,1,6 against "
+                           "tokens of training; 18.3M unique answer tokens, weight decay 0.01")
+    d1, d2 = taus[1] - taus[0], taus[2] - taus[1]
+    assert 0 < d2 < d1
+    assert (f"{d1:+.3f} from 16M to 32M, {d2:+.3f} from 32M to 64M: each doubling adds less"
+            in text)
+    three = three_point_ceiling([16e6, 32e6, 64e6], taus)
+    r = d2 / d1
+    assert three["ratio"] == pytest.approx(r) and 0.65 < r < 0.75
+    assert three["ceiling"] == pytest.approx(taus[2] + d2 * r / (1 - r))
+    assert 2.9 < three["ceiling"] < 3.1
+    assert plan["numbers"]["compute_speculators_ceiling_3pt"] == pytest.approx(three["ceiling"])
+    assert (f"a ceiling of ~{three['ceiling']:.3g} (an extrapolation from three points, no "
+            "range)") in text
+    need = plan["needs"][0]
+    assert need.goal == 3.0 and need.reachable and 64e6 < need.estimate < math.inf
+    assert need.text.startswith(f"tau 3 needs ~{_short(need.estimate)} tokens of training (")
+    assert "the longest run measured; log-linear fit: no ceiling, optimistic" in need.text
+    assert "unique answer tokens (" not in text and need.text in text
+    assert "3 training lengths are too few for a ceiling" in text
+    assert plan["numbers"]["compute_speculators_tokens_for_tau_3"] == pytest.approx(
+        need.estimate)
+    numbers = summary_numbers(res)
+    assert numbers["atscale_compute_speculators_tokens_for_tau_3"] == pytest.approx(
+        need.estimate)
+    assert numbers["atscale_compute_speculators_ceiling_3pt"] == pytest.approx(
+        three["ceiling"])
+    assert "speculators" in compute_recipes(res)
+    # the data planner's words are its own, unchanged
+    data = plan_budget(res, recipe="speculators")
+    assert all("unique answer tokens (" in n.text for n in data["needs"] if n.reachable)
+    # one training length only (the 6M arms): no fit, one line saying why
+    six = plan_compute(res, unique_tokens=float(final_values(res).set_index("run").loc[
+        "recipe-speculators-6M-s0", "unique_tokens"]))
+    assert six["fit"] is None and six["numbers"] == {}
+    assert six["text"] == ("Compute planner (the speculators recipe): 1 finished training "
+                           "length(s) with live tau at 5,1,6 at 6M unique answer tokens, "
+                           "weight decay 0.01; it needs at least two.")
+
+
+def test_three_point_ceiling_recovers_a_saturating_curve():
+    """Three points on tau = c - a x^-b, equally or unequally spaced in log x, give back c;
+    gains that do not shrink per log-x give no ceiling."""
+    from eagle3lab.study.atscale_read import three_point_ceiling
+
+    def tau(x):
+        return 3.0 - 1.2 * (x / 1e6) ** -0.5
+
+    for xs in ([16e6, 32e6, 64e6], [16e6, 48e6, 64e6], [1e6, 2e6, 10e6]):
+        got = three_point_ceiling(xs, [tau(x) for x in xs])
+        assert got["ceiling"] == pytest.approx(3.0, abs=1e-6)
+        assert got["b"] == pytest.approx(0.5, abs=1e-6)
+    assert three_point_ceiling([1, 2, 4], [1.0, 1.1, 1.2]) is None  # straight in log x
+    assert three_point_ceiling([1, 2, 4], [1.0, 1.1, 1.05]) is None  # a fall

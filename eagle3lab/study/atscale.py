@@ -547,8 +547,8 @@ def _made_for(sel: dict[str, Any], cfg: AtScaleConfig, pool: dict[str, Any],
               weights: dict[str, str]) -> bool:
     """Whether a selection was made for this weak block and pool by a ranker with these
     weights. The ranker is known by its weights, not its path: a drafter moved or renamed
-    (session 10's `-sglang` move) ranks the same, and re-ranking it cost a session 104 s
-    of device time."""
+    (the previous default drafter's move to `-sglang`) ranks the same, and re-ranking it
+    cost study session 9 104 s of device time."""
     want = _weak_key(cfg, pool)
 
     def block(w: Any) -> dict[str, Any]:

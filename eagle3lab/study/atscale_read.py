@@ -25,7 +25,9 @@ Prevents the misreadings such a study invites:
 - that ceiling (of the study's equal compute) read as the answer to "train longer?":
   `plan_compute` fits live tau against tokens of training at one data size (the long
   runs), gives the measured gain of each doubling and, from three lengths, the ceiling
-  their geometric decay implies.
+  their geometric decay implies; `data_by_training` gives the gain of more data at each
+  training length where two data sizes were both trained (the data effect at equal
+  compute is not the data effect at the lengths drafters are trained to).
 
 The notebooks (06, 02) call these with keyword arguments; the figures are in study/plots.py.
 """
@@ -1393,6 +1395,76 @@ def plan_compute(results: AtScaleResults, *, recipe: str = "speculators",
             "numbers": numbers}
 
 
+def data_by_training(results: AtScaleResults, *, recipe: str = "speculators",
+                     setting: str = MAIN_SETTING,
+                     weight_decay: float | None = None) -> dict[str, Any]:
+    """"Does data matter more when training is longer?": the gain of the largest data size
+    over the smallest at each training length where both were trained. Prevents reading the
+    data effect measured at the study's equal compute (16M tokens of training: small) as the
+    data effect at the lengths a drafter is actually trained to.
+
+    Only data sizes measured at two or more training lengths take part (the same pair at
+    each length); cells are means over seeds, with the seed count, and the text names the
+    largest seed spread (max - min) of any cell, or says every cell has one seed.
+
+    Returns {"rows": [{training, more, less, tau_more, tau_less, gain, seeds_more,
+    seeds_less}], "setting", "recipe", "text", "numbers" (keys prefixed datagain_RECIPE_)};
+    fewer than two such lengths: no rows, and the text says why."""
+    setting = measured_setting(results, setting) or setting
+    fin = final_values(results)
+    rows, wd, _ = _compute_rows(fin, results, setting, recipe, weight_decay)
+    who = _recipe_words(recipe)
+    col = f"tau@{setting}"
+    out: list[dict[str, Any]] = []
+    spread = None
+    if len(rows):
+        lengths = rows.groupby("unique_tokens")["training"].nunique()
+        sizes = sorted(float(u) for u in lengths[lengths >= 2].index)
+        if len(sizes) >= 2:
+            less, more = sizes[0], sizes[-1]
+            cells = rows[rows["unique_tokens"].isin([less, more])].assign(
+                _tau=lambda f: f[col].astype(float)).groupby(["training", "unique_tokens"])[
+                "_tau"].agg(["mean", "count", "min", "max"])
+            multi = cells[cells["count"] >= 2]
+            spread = float((multi["max"] - multi["min"]).max()) if len(multi) else None
+            for t in sorted({float(t) for t, _ in cells.index}):
+                if (t, more) in cells.index and (t, less) in cells.index:
+                    a, b = cells.loc[(t, more)], cells.loc[(t, less)]
+                    out.append({"training": t, "more": more, "less": less,
+                                "tau_more": float(a["mean"]), "tau_less": float(b["mean"]),
+                                "gain": float(a["mean"] - b["mean"]),
+                                "seeds_more": int(a["count"]), "seeds_less": int(b["count"])})
+    if len(out) < 2:
+        return {"rows": out, "setting": setting, "recipe": recipe, "numbers": {},
+                "text": f"Data at each training length ({who}): {len(out)} training "
+                        f"length(s) with two data sizes measured at both, live tau at "
+                        f"{setting}, weight decay {wd:g}; it needs at least two."}
+    more, less = out[0]["more"], out[0]["less"]
+    cells_text = "; ".join(
+        f"at {_short(r['training'])} tokens of training {r['tau_more']:.3f} vs "
+        f"{r['tau_less']:.3f} ({r['gain']:+.3f}; seeds {r['seeds_more']} / {r['seeds_less']})"
+        for r in out)
+    first, last = out[0]["gain"], out[-1]["gain"]
+    if first > 0 and last > first:
+        trend = (f"The data gain grows with training: x{last / first:.1f} from "
+                 f"{_short(out[0]['training'])} to {_short(out[-1]['training'])}")
+    elif last < first:
+        trend = "The data gain shrinks with training"
+    else:
+        trend = "The data gain does not grow with training"
+    noise = (f"the largest seed spread of any cell: {spread:.3f}" if spread is not None
+             else "every cell has one seed: spread unknown")
+    text = (f"Data at each training length, {who} (live tau at {setting}, weight decay "
+            f"{wd:g}), {_short(more)} vs {_short(less)} unique answer tokens: {cells_text}. "
+            f"{trend} ({noise}).")
+    pre = f"datagain_{recipe}_"
+    numbers = {f"{pre}setting": setting, f"{pre}more": more, f"{pre}less": less,
+               f"{pre}training_tokens": [r["training"] for r in out],
+               f"{pre}gain": [r["gain"] for r in out], f"{pre}seed_spread": spread}
+    return {"rows": out, "setting": setting, "recipe": recipe, "text": text,
+            "numbers": numbers}
+
+
 def summary_numbers(results: AtScaleResults, *, setting: str = MAIN_SETTING,
                     goals: Sequence[float] = (3.0, 3.5)) -> dict[str, Any]:
     """The at-scale section's key numbers for the batch report (record_summary)."""
@@ -1401,6 +1473,8 @@ def summary_numbers(results: AtScaleResults, *, setting: str = MAIN_SETTING,
              for r in planned_recipes(results)]
     plans += [plan_compute(results, setting=setting, goals=goals, recipe=r)
               for r in compute_recipes(results, setting=setting)]
+    plans += [d for r in compute_recipes(results, setting=setting)
+              if (d := data_by_training(results, setting=setting, recipe=r))["rows"]]
     counts = results.arms["status"].value_counts()
     return {"atscale_runs_done": int(counts.get("done", 0)),
             "atscale_runs_planned": len(results.arms),

@@ -711,8 +711,9 @@ def test_long_sentence_names_a_recipe_other_than_ours():
 def test_planner_names_what_its_ceiling_is_not_a_ceiling_of():
     """On the committed H200 study: our recipe's data arms at 16M tokens fit a ceiling near
     2.0, and the planner says which final drafters went past it (speculators' recipe on the
-    whole pool at 64M and 32M tokens, then at equal compute on the whole pool and 6M tokens),
-    best first and at most four, so nobody reads the ceiling as the target's."""
+    whole pool at 64M tokens, on 6M tokens at 64M, on the whole pool at 32M, then at equal
+    compute on the whole pool), best first and at most four, so nobody reads the ceiling as
+    the target's."""
     import re
 
     res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
@@ -728,11 +729,15 @@ def test_planner_names_what_its_ceiling_is_not_a_ceiling_of():
                            "recipe, 18.3M unique answer tokens, 64M tokens of training); ")
     named = re.findall(r"(?:^|; )(\S+) (\d\.\d\d) \(", tail)
     assert [n for n, _ in named] == ["long-speculators-all-64M-wd0.01-s0",
+                                     "long-speculators-6M-64M-wd0.01-s0",
                                      "long-speculators-all-32M-wd0.01-s0",
-                                     "recipe-speculators-all-s0", "recipe-speculators-6M-s1"]
+                                     "recipe-speculators-all-s0"]
     assert [float(t) for _, t in named] == sorted((float(t) for _, t in named), reverse=True)
     assert (f"recipe-speculators-all-s0 {fin['recipe-speculators-all-s0']:.2f} (speculators "
             "recipe, 18.3M unique answer tokens, 16M tokens of training)") in tail
+    assert (f"long-speculators-6M-64M-wd0.01-s0 "
+            f"{fin['long-speculators-6M-64M-wd0.01-s0']:.2f} (speculators recipe, 6M unique "
+            "answer tokens, 64M tokens of training)") in tail
     assert "data-" not in tail
 
 
@@ -786,13 +791,63 @@ def test_compute_planner_answers_train_longer_on_the_committed_study():
     # the data planner's words are its own, unchanged
     data = plan_budget(res, recipe="speculators")
     assert all("unique answer tokens (" in n.text for n in data["needs"] if n.reachable)
-    # one training length only (the 6M arms): no fit, one line saying why
+    # the 6M arms: two lengths now (16M, two seeds; 64M), a fit without a ceiling
     six = plan_compute(res, unique_tokens=float(final_values(res).set_index("run").loc[
         "recipe-speculators-6M-s0", "unique_tokens"]))
-    assert six["fit"] is None and six["numbers"] == {}
-    assert six["text"] == ("Compute planner (the speculators recipe): 1 finished training "
-                           "length(s) with live tau at 5,1,6 at 6M unique answer tokens, "
+    assert sorted(x for x, _ in six["fit"].points) == [16e6, 16e6, 64e6]
+    assert six["numbers"]["compute_speculators_ceiling_3pt"] is None
+    assert six["text"].startswith("Compute planner, the speculators recipe (live tau at 5,1,6 "
+                                  "against tokens of training; 6M unique answer tokens")
+    assert "(per doubling: " in six["text"] and "one step, no bend to see" in six["text"]
+    # one training length only (1.6M): no fit, one line saying why
+    one = plan_compute(res, unique_tokens=float(final_values(res).set_index("run").loc[
+        "recipe-speculators-1.6M-s0", "unique_tokens"]))
+    assert one["fit"] is None and one["numbers"] == {}
+    assert one["text"] == ("Compute planner (the speculators recipe): 1 finished training "
+                           "length(s) with live tau at 5,1,6 at 1.6M unique answer tokens, "
                            "weight decay 0.01; it needs at least two.")
+
+
+def test_data_gain_at_each_training_length_on_the_committed_study():
+    """On the committed H200 study: speculators' recipe on 6M and on the whole pool (18.3M
+    unique answer tokens), each at 16M and 64M tokens of training. More data gains little at
+    the study's equal compute and about three times as much at 64M; the 1.6M arms (one
+    length) take no part; the gains are means over seeds, and the largest seed spread of a
+    cell (6M at 16M: two seeds) is named. Our recipe has no such pair: one line why."""
+    from eagle3lab.study.atscale_read import data_by_training
+
+    res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
+    fin = final_values(res).set_index("run")["tau@5,1,6"]
+    gain = data_by_training(res)
+    six16 = [fin["recipe-speculators-6M-s0"], fin["recipe-speculators-6M-s1"]]
+    want = [(16e6, fin["recipe-speculators-all-s0"], sum(six16) / 2, 1, 2),
+            (64e6, fin["long-speculators-all-64M-wd0.01-s0"],
+             fin["long-speculators-6M-64M-wd0.01-s0"], 1, 1)]
+    rows = gain["rows"]
+    assert [(r["training"], r["seeds_more"], r["seeds_less"]) for r in rows] == [
+        (t, a, b) for t, _, _, a, b in want]
+    for r, (_, more, less, _, _) in zip(rows, want):
+        assert r["tau_more"] == pytest.approx(more) and r["tau_less"] == pytest.approx(less)
+        assert r["gain"] == pytest.approx(more - less)
+        assert r["more"] == pytest.approx(18_293_581) and r["less"] == pytest.approx(6_000_078)
+    g16, g64 = rows[0]["gain"], rows[1]["gain"]
+    assert 0 < g16 < 0.03 and 0.03 < g64 < 0.08
+    spread = max(six16) - min(six16)
+    text = gain["text"]
+    assert text.startswith("Data at each training length, the speculators recipe (live tau "
+                           "at 5,1,6, weight decay 0.01), 18.3M vs 6M unique answer tokens: "
+                           f"at 16M tokens of training {want[0][1]:.3f} vs {want[0][2]:.3f} "
+                           f"({g16:+.3f}; seeds 1 / 2); at 64M tokens of training ")
+    assert text.endswith(f"The data gain grows with training: x{g64 / g16:.1f} from 16M to "
+                         f"64M (the largest seed spread of any cell: {spread:.3f}).")
+    assert gain["numbers"]["datagain_speculators_gain"] == pytest.approx([g16, g64])
+    assert summary_numbers(res)["atscale_datagain_speculators_gain"] == pytest.approx(
+        [g16, g64])
+    ours = data_by_training(res, recipe="eagle3lab")
+    assert ours["rows"] == [] and ours["numbers"] == {}
+    assert ours["text"] == ("Data at each training length (our recipe): 0 training length(s) "
+                            "with two data sizes measured at both, live tau at 5,1,6, weight "
+                            "decay 0.01; it needs at least two.")
 
 
 def test_three_point_ceiling_recovers_a_saturating_curve():

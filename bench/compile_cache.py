@@ -77,7 +77,7 @@ def pack(*, cache: Path, dest: Path, part_bytes: int = 15 * 2**20,
     would crowd the results out of the device's 64 MiB return) or the cache is empty.
     {"files", "bytes", "parts": [paths], "skipped": reason or None, "environment"}."""
     from eagle3lab.errors import UserError
-    from eagle3lab.fsutil import atomic_path
+    from eagle3lab.fsutil import write_parts
 
     cache, dest = Path(cache), Path(dest)
     if not cache.is_dir():
@@ -105,52 +105,20 @@ def pack(*, cache: Path, dest: Path, part_bytes: int = 15 * 2**20,
                               f"{max_bytes / 2**20:g}")
             log(f"{cache}: {len(files)} files, {out['skipped']}: not packed")
             return out
-        dest.mkdir(parents=True, exist_ok=True)
-        for old in dest.glob(NAME + "*"):
-            old.unlink()
-        data = whole.read_bytes()
-        if size <= part_bytes:
-            targets = [(dest / NAME, data)]
-        else:
-            targets = [(dest / f"{NAME}.part{i:02d}", data[o:o + part_bytes])
-                       for i, o in enumerate(range(0, size, part_bytes))]
-        for path, chunk in targets:
-            with atomic_path(path) as tmp_path:
-                tmp_path.write_bytes(chunk)
-            out["parts"].append(str(path))
+        out["parts"] = [str(p) for p in write_parts(dest, NAME, whole.read_bytes(),
+                                                    part_bytes=part_bytes)]
     log(f"{cache}: {len(files)} files, {size / 2**20:.1f} MiB packed in "
         f"{len(out['parts'])} part(s) in {dest}")
     return out
-
-
-def _ordered_parts(parts: list[Path]) -> list[Path]:
-    """The parts in order; a missing or doubled part is named."""
-    from eagle3lab.errors import UserError
-
-    if len(parts) == 1 and not re.search(r"\.part\d+$", parts[0].name):
-        return parts
-    numbered = {}
-    for p in parts:
-        m = re.search(r"\.part(\d+)$", p.name)
-        if not m:
-            raise UserError(f"{p}: a cache cut in parts is given as its parts alone "
-                            f"({NAME}.part00, .part01, ...), not with {p.name}.")
-        if int(m[1]) in numbered:
-            raise UserError(f"{p}: part {m[1]} given twice ({numbered[int(m[1])]}).")
-        numbered[int(m[1])] = p
-    missing = [i for i in range(max(numbered) + 1) if i not in numbered]
-    if missing:
-        raise UserError(f"part{missing[0]:02d} of the cache is missing (given: "
-                        f"{', '.join(sorted(p.name for p in parts))}); carry every part.")
-    return [numbered[i] for i in sorted(numbered)]
 
 
 def unpack(*, parts: list[Path], cache: Path, log=print) -> dict:
     """Join `parts` (one tar.gz, or its .partNN pieces) and unpack them into `cache`.
     {"files", "made_by", "here", "matches": whether torch/Triton/CUDA/GPU are the same}."""
     from eagle3lab.errors import UserError
+    from eagle3lab.fsutil import ordered_parts
 
-    parts = _ordered_parts([Path(p) for p in parts])
+    parts = ordered_parts([Path(p) for p in parts], name=NAME, what="the cache")
     for p in parts:
         if not p.is_file():
             raise UserError(f"{p}: no such file.")

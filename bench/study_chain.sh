@@ -9,6 +9,9 @@
 # Extra arguments go to `train` (e.g. --jobs 2 --only NAME,NAME). Inductor's cache lives
 # in /root/e3l/inductor; a cache an earlier session brought back and carried in
 # (/root/e3l/data/inductor-cache.tar.gz*: bench/compile_cache.py) is unpacked there first.
+# An unfinished run's checkpoint an earlier session brought back and carried in
+# (/root/e3l/data/resume-RUN.tar.gz*: bench/run_carry.py) goes into its run folder after
+# `plan`, so `train` resumes it.
 set -u
 W=${STUDY_WORK:-/root/e3l/study}
 T=${E3L_TARGET:-/root/e3l/target}
@@ -25,6 +28,10 @@ $S unpack --work $W --packs data/studies/h200-grok/packs --target $T \
   && $S weak --work $W --target $T --device cuda --config data/studies/h200-grok/config.json \
   && $S plan --work $W --target $T --config data/studies/h200-grok/config.json \
   && $S restore --work $W --results data/studies/h200-grok \
+  && { if ls /root/e3l/data/resume-*.tar.gz* > /dev/null 2>&1; then
+         python3 -P bench/run_carry.py in --work $W /root/e3l/data/resume-*.tar.gz* \
+           || echo "a carried checkpoint was not unpacked (above): its run starts over"
+       fi; true; } \
   && { mkdir -p $W/logs; $S reference --work $W --target $T --device cuda --name shipped \
          --drafter data/drafters/smollm2-135m-instruct-sglang > $W/logs/reference.log 2>&1 & } \
   && $S train --work $W --device cuda "$@"

@@ -165,3 +165,47 @@ def check_writable_dir(path: str | os.PathLike, what: str = "output directory") 
             f"directory with the output option, or fix its permissions."
         ) from None
     return path
+
+
+def write_parts(dest: str | os.PathLike, name: str, data: bytes, *,
+                part_bytes: int) -> list[Path]:
+    """`data` as dest/name, or as dest/name.part00, .part01, ... of at most `part_bytes`
+    each (the device returns files of at most 16 MiB), each written atomically; earlier
+    files of that name (whole or parts) are removed first. Returns the paths in order."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob(name + "*"):
+        old.unlink()
+    if len(data) <= part_bytes:
+        targets = [(dest / name, data)]
+    else:
+        targets = [(dest / f"{name}.part{i:02d}", data[o:o + part_bytes])
+                   for i, o in enumerate(range(0, len(data), part_bytes))]
+    for path, chunk in targets:
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(chunk)
+    return [p for p, _ in targets]
+
+
+def ordered_parts(parts: list[Path], *, name: str, what: str) -> list[Path]:
+    """One whole file, or the .partNN pieces `write_parts` cut, in order; a missing,
+    doubled or stray part is named (`what`: "the cache", for the messages)."""
+    import re
+
+    parts = [Path(p) for p in parts]
+    if len(parts) == 1 and not re.search(r"\.part\d+$", parts[0].name):
+        return parts
+    numbered: dict[int, Path] = {}
+    for p in parts:
+        m = re.search(r"\.part(\d+)$", p.name)
+        if not m:
+            raise UserError(f"{p}: {what} cut in parts is given as its parts alone "
+                            f"({name}.part00, .part01, ...), not with {p.name}.")
+        if int(m[1]) in numbered:
+            raise UserError(f"{p}: part {m[1]} given twice ({numbered[int(m[1])]}).")
+        numbered[int(m[1])] = p
+    missing = [i for i in range(max(numbered) + 1) if i not in numbered]
+    if missing:
+        raise UserError(f"part{missing[0]:02d} of {what} is missing (given: "
+                        f"{', '.join(sorted(p.name for p in parts))}); carry every part.")
+    return [numbered[i] for i in sorted(numbered)]

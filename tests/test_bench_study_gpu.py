@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from testutil import tiny_study_answers
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "study_gpu.py"
 ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
@@ -91,17 +92,9 @@ def _untar(parts: list[Path], dest: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.full
 def test_plan_train_collect(tmp_path, tiny_target_dir):
-    from eagle3lab.data.regenerate import regenerate
-
     w = tmp_path / "w"
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Say {i} words."}) + "\n"
-                               for i in range(12)))
-    for name, extra in (("greedy-0", {}), ("sampled", {"temperature": 0.8, "limit": 6}),
-                        ("eval", {"limit": 3})):
-        regenerate(prompts=str(prompts), out=str(w / "gen" / f"{name}.jsonl"),
-                   target=str(tiny_target_dir), max_new_tokens=12, batch_size=4,
-                   progress=False, **extra)
+    prompts = tiny_study_answers(w / "gen", tiny_target_dir, {
+        "greedy-0": {}, "sampled": {"temperature": 0.8, "limit": 6}, "eval": {"limit": 3}})
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({
         "target": "set by --target", "greedy": ["gen/greedy-0.jsonl"],

@@ -114,3 +114,20 @@ def eager_and_static(target, draft, prompts, *, steps: int, topk: int, draft_tok
     static = load_engine(target=target, draft=draft, **shape, engine="static",
                          batch_size=batch_size)
     return old, static.generate_many(prompts, max_new_tokens=max_new_tokens)
+
+
+def tiny_study_answers(gen: Path, target: Path, runs: dict[str, dict], *,
+                       prompts: int = 12) -> Path:
+    """Answers of the tiny `target` to `prompts` short prompts, one file gen/NAME.jsonl per
+    entry of `runs` (regenerate's extra arguments: {"limit": 3}, {"temperature": 0.8}): the
+    conversations a tiny at-scale study plans from (bench/study_gpu.py plan)."""
+    from eagle3lab.data.regenerate import regenerate
+
+    gen.mkdir(parents=True, exist_ok=True)
+    src = gen.parent / "study-prompts.jsonl"
+    src.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Say {i} words."}) + "\n"
+                           for i in range(prompts)))
+    for name, extra in runs.items():
+        regenerate(prompts=str(src), out=str(gen / f"{name}.jsonl"), target=str(target),
+                   max_new_tokens=12, batch_size=4, progress=False, **extra)
+    return src

@@ -1,0 +1,268 @@
+"""An unfinished run's newest checkpoint, carried from one bare device machine to the next.
+
+Prevents a run longer than one session from never finishing: the study's runs resume
+exactly from a step checkpoint (eagle3lab.train.checkpoints: weights, optimizer, scheduler,
+data position, RNG), but every H200 session starts on a bare machine with 1,800 s of
+device time, and speculators' recipe at 128M tokens needs ~1,350 s of training alone
+(docs/study.md, session 10: stopped at 39.7M tokens, its work lost).
+
+`out` packs each unfinished run's newest complete checkpoint, its run.json and its
+metrics.jsonl into resume-RUN.tar.gz, cut into parts of at most --part-mib (the device
+returns files of at most 16 MiB, 64 MiB a call), kept in WORK/run-carry/. Each call copies
+the parts not yet returned to --dest, at most --max-mib of them, and says how many are
+left: a checkpoint with its fp32 optimizer (~80 MB for the study's drafter) comes back over
+two calls. `in`, on the next machine after `plan`, joins the parts and puts the checkpoint
+into the run's folder, so `train` resumes the run where it stopped. A manifest records the
+run, its step and tokens and the sha256 of its train settings; `in` refuses a checkpoint
+whose settings differ from this plan's, and keeps a checkpoint as new or newer already
+there. (The trainer checks again: `check_resume_settings`, the data's identity.)
+
+    python3 -P bench/run_carry.py out --work W --dest $OUT [--runs NAME,...] [--max-mib 60]
+    python3 -P bench/run_carry.py in --work W PART [PART ...]
+
+On the device: bench/study_chain.sh runs `in` on /root/e3l/data/resume-*.tar.gz* (carried
+with `bench/vllm_carry.py pack ... --data`) after `plan`; `train ... --finish-margin-s -1`
+starts a run the deadline will stop (docs/study.md, "Carrying a run to the next session").
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the checkout (-P)
+
+FORMAT = "eagle3lab-run-carry"
+MANIFEST = "eagle3lab-run-carry.json"
+#: the files of a run's folder that travel with its checkpoint
+RUN_FILES = ("run.json", "metrics.jsonl")
+STAGE = "run-carry"  # WORK/run-carry: the packed parts and what was returned of them
+
+
+def archive_name(run: str) -> str:
+    return f"resume-{run}.tar.gz"
+
+
+def settings_sha256(train: dict) -> str:
+    """The sha256 of a run's train settings as study.json plans them (canonical JSON)."""
+    return hashlib.sha256(json.dumps(train, sort_keys=True).encode()).hexdigest()
+
+
+def _arms(work: Path) -> dict[str, dict]:
+    from eagle3lab.study.atscale import read_study
+
+    return {a["name"]: a for a in read_study(work / "study")["arms"]}
+
+
+def _step(ckpt: Path) -> int:
+    return int(ckpt.name.split("-")[1])
+
+
+def pack(*, work: Path, runs: list[str] | None = None, part_bytes: int = 15 * 2**20,
+         log=print) -> list[dict]:
+    """Pack each chosen run's newest checkpoint into WORK/run-carry/ (once per checkpoint:
+    a pack of the same step is kept). `runs`: names (default every unfinished run with a
+    checkpoint). [{"run", "step", "tokens", "parts": [paths], "bytes"}]."""
+    from eagle3lab.errors import UserError
+    from eagle3lab.fsutil import write_parts
+    from eagle3lab.train.checkpoints import is_finished, list_checkpoints, versions
+
+    arms = _arms(work)
+    if runs:
+        unknown = [r for r in runs if r not in arms]
+        if unknown:
+            raise UserError(f"--runs: no run named {', '.join(unknown)} in "
+                            f"{work / 'study' / 'study.json'}.")
+    names = runs or [n for n, a in arms.items() if not is_finished(a["train"]["out"])
+                     and list_checkpoints(Path(a["train"]["out"]))]
+    stage = work / STAGE
+    packed = []
+    for name in names:
+        out = Path(arms[name]["train"]["out"])
+        ckpts = list_checkpoints(out) if out.is_dir() else []
+        if is_finished(out) or not ckpts:
+            log(f"{name}: " + ("finished" if is_finished(out) else "no checkpoint")
+                + ": nothing to carry")
+            continue
+        newest = ckpts[-1]
+        info = json.loads((newest / "checkpoint.json").read_text())
+        manifest = {"format": FORMAT, "version": 1, "run": name, "step": info["step"],
+                    "tokens": info["tokens"], "checkpoint": newest.name,
+                    "settings_sha256": settings_sha256(arms[name]["train"]),
+                    "made_by": versions()}
+        record = stage / f"{name}.json"
+        if record.is_file() and json.loads(record.read_text())["manifest"]["step"] == \
+                info["step"]:
+            rec = json.loads(record.read_text())
+            log(f"{name}: step {info['step']} already packed ({len(rec['parts'])} parts)")
+            packed.append({"run": name, "step": info["step"], "tokens": info["tokens"],
+                           "parts": rec["parts"], "bytes": rec["bytes"]})
+            continue
+        with tempfile.TemporaryDirectory(prefix="run-carry.") as tmp:
+            whole = Path(tmp) / archive_name(name)
+            (Path(tmp) / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            with tarfile.open(whole, "w:gz", compresslevel=6) as tar:
+                tar.add(Path(tmp) / MANIFEST, arcname=MANIFEST)
+                for f in RUN_FILES:
+                    if (out / f).is_file():
+                        tar.add(out / f, arcname=f)
+                tar.add(newest, arcname=f"checkpoints/{newest.name}")
+            size = whole.stat().st_size
+            parts = write_parts(stage, archive_name(name), whole.read_bytes(),
+                                part_bytes=part_bytes)
+        rec = {"manifest": manifest, "parts": [p.name for p in parts], "bytes": size,
+               "returned": []}
+        record.write_text(json.dumps(rec, indent=1))
+        log(f"{name}: {newest.name} ({info['tokens']:,} tokens), {size / 2**20:.1f} MiB in "
+            f"{len(parts)} part(s)")
+        packed.append({"run": name, "step": info["step"], "tokens": info["tokens"],
+                       "parts": rec["parts"], "bytes": size})
+    return packed
+
+
+def give(*, work: Path, dest: Path, max_bytes: int = 60 * 2**20, log=print) -> dict:
+    """Copy the packed parts not yet returned to `dest`, at most `max_bytes` in all (whole
+    parts, in order). {"copied": [names], "left": [names]}."""
+    stage = work / STAGE
+    dest.mkdir(parents=True, exist_ok=True)
+    copied, left, used = [], [], 0
+    for record in sorted(stage.glob("*.json")) if stage.is_dir() else []:
+        rec = json.loads(record.read_text())
+        for part in rec["parts"]:
+            if part in rec["returned"]:
+                continue
+            size = (stage / part).stat().st_size
+            if used + size > max_bytes:
+                left.append(part)
+                continue
+            shutil.copyfile(stage / part, dest / part)
+            rec["returned"].append(part)
+            copied.append(part)
+            used += size
+        record.write_text(json.dumps(rec, indent=1))
+    log(f"{len(copied)} part(s) to {dest} ({used / 2**20:.1f} MiB)"
+        + (f"; {len(left)} left for the next call: {', '.join(left)}" if left
+           else "; every part returned"))
+    return {"copied": copied, "left": left}
+
+
+def _groups(parts: list[Path]) -> dict[str, list[Path]]:
+    from eagle3lab.errors import UserError
+
+    groups: dict[str, list[Path]] = {}
+    for p in map(Path, parts):
+        m = re.fullmatch(r"resume-(.+)\.tar\.gz(\.part\d+)?", p.name)
+        if not m:
+            raise UserError(f"{p}: not a part `run_carry.py out` wrote "
+                            "(resume-RUN.tar.gz or resume-RUN.tar.gz.partNN).")
+        groups.setdefault(m[1], []).append(p)
+    return groups
+
+
+def unpack(*, work: Path, parts: list[Path], log=print) -> list[dict]:
+    """Join each run's parts and put its checkpoint, run.json and metrics.jsonl into the
+    run's folder of this plan (WORK/study/study.json). [{"run", "step", "unpacked": bool,
+    "why"}]; a refusal (another plan's settings, a run not planned) is one line each."""
+    from eagle3lab.errors import UserError
+    from eagle3lab.fsutil import ordered_parts
+    from eagle3lab.train.checkpoints import is_finished, list_checkpoints
+
+    arms = _arms(work)
+    results = []
+    for name, group in sorted(_groups(parts).items()):
+        group = ordered_parts(group, name=archive_name(name), what=f"run {name}'s carry")
+        for p in group:
+            if not p.is_file():
+                raise UserError(f"{p}: no such file.")
+        with tempfile.TemporaryDirectory(prefix="run-carry.") as tmp:
+            whole = Path(tmp) / archive_name(name)
+            with open(whole, "wb") as f:
+                for p in group:
+                    f.write(p.read_bytes())
+            try:
+                with tarfile.open(whole, "r:gz") as tar:
+                    tar.extractall(Path(tmp) / "x", filter="data")
+            except (tarfile.TarError, EOFError, OSError) as e:
+                raise UserError(f"{', '.join(p.name for p in group)}: not a whole tar.gz "
+                                f"({type(e).__name__}: {e}); a part is cut short or from "
+                                "another packing.") from None
+            x = Path(tmp) / "x"
+            if not (x / MANIFEST).is_file():
+                raise UserError(f"{group[0]}: no {MANIFEST} inside: not a run that "
+                                "bench/run_carry.py out packed.")
+            man = json.loads((x / MANIFEST).read_text())
+            res = {"run": name, "step": man["step"], "unpacked": False, "why": None}
+            results.append(res)
+            arm = arms.get(name)
+            out = Path(arm["train"]["out"]) if arm else None
+            have = list_checkpoints(out) if out is not None and out.is_dir() else []
+            if arm is None:
+                res["why"] = f"not a run of {work / 'study' / 'study.json'}"
+            elif man["settings_sha256"] != settings_sha256(arm["train"]):
+                res["why"] = ("its train settings differ from this plan's (another config); "
+                              "it would not resume")
+            elif is_finished(out):
+                res["why"] = "already finished here"
+            elif have and _step(have[-1]) >= man["step"]:
+                res["why"] = f"{have[-1].name} is here already (as new or newer)"
+            if res["why"]:
+                log(f"{name}: step {man['step']} not unpacked: {res['why']}")
+                continue
+            (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+            for f in RUN_FILES:  # the records the checkpoint belongs to
+                if (x / f).is_file():
+                    tmp_f = out / f".{f}.carry"
+                    shutil.copyfile(x / f, tmp_f)
+                    tmp_f.replace(out / f)
+            src = x / "checkpoints" / man["checkpoint"]
+            staged = out / "checkpoints" / f".{man['checkpoint']}.carry"
+            shutil.rmtree(staged, ignore_errors=True)
+            shutil.copytree(src, staged)
+            staged.rename(out / "checkpoints" / man["checkpoint"])
+            res["unpacked"] = True
+            log(f"{name}: {man['checkpoint']} ({man['tokens']:,} tokens) into {out}; "
+                "`train` resumes it there")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="verb", required=True)
+    o = sub.add_parser("out", help="pack unfinished runs' newest checkpoints; copy the parts "
+                       "not yet returned to --dest")
+    o.add_argument("--work", type=Path, required=True, help="the study's work directory")
+    o.add_argument("--dest", type=Path, required=True, help="where the parts go ($OUT)")
+    o.add_argument("--runs", default="", help="comma-separated run names (default: every "
+                   "unfinished run with a checkpoint)")
+    o.add_argument("--part-mib", type=float, default=15.0,
+                   help="largest part (the device returns files of at most 16 MiB)")
+    o.add_argument("--max-mib", type=float, default=60.0,
+                   help="parts copied to --dest in this call, at most (the device returns "
+                   "64 MiB a call; the rest waits for the next call)")
+    i = sub.add_parser("in", help="put carried checkpoints into this plan's run folders")
+    i.add_argument("--work", type=Path, required=True, help="the study's work directory")
+    i.add_argument("parts", type=Path, nargs="+",
+                   help="resume-RUN.tar.gz or its .partNN pieces, of one run or several")
+    args = ap.parse_args(argv)
+    if args.verb == "out":
+        pack(work=args.work, runs=[r for r in args.runs.split(",") if r] or None,
+             part_bytes=int(args.part_mib * 2**20))
+        give(work=args.work, dest=args.dest, max_bytes=int(args.max_mib * 2**20))
+        return 0
+    res = unpack(work=args.work, parts=args.parts)
+    return 0 if all(r["unpacked"] for r in res) else 1
+
+
+if __name__ == "__main__":
+    from eagle3lab.cli import bench_main
+
+    raise SystemExit(bench_main("run_carry.py", main))

@@ -1,0 +1,145 @@
+"""bench/run_carry.py on the CPU at tiny size: a study run stopped mid-way, its newest
+checkpoint packed and returned over several calls (as the device returns at most 64 MiB a
+call), unpacked on a "fresh machine" (the same work path, planned again) and resumed there,
+ends exactly where the same run resumed in place ends: the same weights, the same logged
+metrics. A checkpoint from another plan, an unplanned run, an older checkpoint and a
+finished run are refused in one line each."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from testutil import tiny_study_answers
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+RUN = "data-all-wd0.01-s0"
+
+
+def _bench(script: str, *args, ok: bool = True) -> str:
+    r = subprocess.run([sys.executable, "-P", str(ROOT / "bench" / script), *map(str, args)],
+                       capture_output=True, text=True, timeout=900, env=ENV)
+    if ok:
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    return r.stdout + r.stderr
+
+
+def _train(work: Path, **extra) -> None:
+    """The run's own settings (study.json), as study_gpu.py train starts it."""
+    arm = next(a for a in json.loads((work / "study/study.json").read_text())["arms"]
+               if a["name"] == RUN)
+    cfg = work / f"{RUN}.json"
+    cfg.write_text(json.dumps({**arm["train"], "device": "cpu", "progress": False, **extra}))
+    r = subprocess.run([sys.executable, "-m", "eagle3lab", "train", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=900, env=ENV, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+
+
+def _plan(work: Path, gen: Path, cfg: Path, target: Path) -> None:
+    shutil.copytree(gen, work / "gen")
+    _bench("study_gpu.py", "plan", "--work", work, "--config", cfg, "--target", target)
+
+
+def _metrics(run: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        r.pop("wall_s", None)
+    return rows
+
+
+@pytest.mark.slow
+def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_dir):
+    from safetensors.torch import load_file
+
+    from eagle3lab.train.checkpoints import list_checkpoints
+
+    gen = tmp_path / "gen"
+    tiny_study_answers(gen, tiny_target_dir, {"greedy-0": {}, "eval": {"limit": 3}})
+    cfg = tmp_path / "config.json"
+    study = {"target": "set by --target", "greedy": ["gen/greedy-0.jsonl"],
+             "eval_conversations": "gen/eval.jsonl", "data_tokens": [0],
+             "weight_decays": [0.01], "seeds": [0], "tokens_per_run": 900,
+             "regen_tokens": None, "evals_per_run": 4, "live_settings": ["2,1,3"],
+             "train": {"max_tokens_per_batch": 64, "ttt_steps": 2, "draft_vocab_size": 128,
+                       "warmup_steps": 0}}
+    cfg.write_text(json.dumps(study))
+    w = tmp_path / "w"
+    _plan(w, gen, cfg, tiny_target_dir)
+    run = w / "study/runs" / RUN
+    said = _bench("run_carry.py", "out", "--work", w, "--dest", tmp_path / "none")
+    assert "0 part(s)" in said and "every part returned" in said
+    assert not list((tmp_path / "none").iterdir())  # nothing trained yet: nothing carried
+
+    # the session ends mid-run: stopped (as if killed) after a few steps
+    arm = next(a for a in json.loads((w / "study/study.json").read_text())["arms"]
+               if a["name"] == RUN)
+    every, stop = arm["train"]["checkpoint_every"], 3
+    _train(w, stop_after_steps=stop)
+    step = stop // every * every  # the newest checkpoint
+    assert list_checkpoints(run)[-1].name == f"step-{step}"
+    assert step < arm["train"]["max_tokens"] / 64  # well before the run's end
+
+    # out: packed once; returned over calls of at most --max-mib, each naming what is left
+    said = _bench("run_carry.py", "out", "--work", w, "--dest", tmp_path / "probe",
+                  "--max-mib", 0)
+    assert "0 part(s)" in said and "1 left for the next call" in said
+    size = json.loads((w / "run-carry" / f"{RUN}.json").read_text())["bytes"]
+    shutil.rmtree(w / "run-carry")
+    part = size / 4.5 / 2**20  # five parts, two a call: three calls
+    backs = [tmp_path / f"back{i}" for i in range(3)]
+    said = _bench("run_carry.py", "out", "--work", w, "--dest", backs[0], "--part-mib", part,
+                  "--max-mib", 2 * part)
+    assert f"{RUN}: step-{step}" in said and "3 left for the next call" in said
+    record = json.loads((w / "run-carry" / f"{RUN}.json").read_text())
+    assert record["manifest"]["step"] == step and len(record["parts"]) == 5
+    for back in backs[1:]:
+        said = _bench("run_carry.py", "out", "--work", w, "--dest", back, "--part-mib", part,
+                      "--max-mib", 2 * part)
+        assert "already packed" in said  # the same checkpoint: not packed again
+    assert "1 part(s)" in said and "every part returned" in said
+    returned = sorted(p for b in backs for p in b.iterdir())
+    assert [p.name for p in returned] == sorted(record["parts"])
+    assert all(p.stat().st_size <= part * 2**20 for p in returned)
+
+    # the reference: the same run resumed in place, to its end
+    _train(w, resume=True)
+    ref_weights = load_file(str(run / "final" / "model.safetensors"))
+    ref_metrics = _metrics(run)
+
+    # a fresh machine: the same work path, planned again, the parts unpacked, resumed
+    shutil.move(str(w), str(tmp_path / "w-first"))
+    _plan(w, gen, cfg, tiny_target_dir)
+    said = _bench("run_carry.py", "in", "--work", w, *returned)
+    assert f"{RUN}: step-{step}" in said and "`train` resumes it there" in said
+    assert [c.name for c in list_checkpoints(run)] == [f"step-{step}"]
+    again = _bench("run_carry.py", "in", "--work", w, *returned, ok=False)
+    assert f"step-{step} is here already (as new or newer)" in again
+    _train(w, resume=True)
+    weights = load_file(str(run / "final" / "model.safetensors"))
+    assert set(weights) == set(ref_weights)
+    for k, v in ref_weights.items():
+        assert weights[k].equal(v), k
+    assert _metrics(run) == ref_metrics
+
+    # a finished run has nothing to carry; a missing part is named
+    said = _bench("run_carry.py", "out", "--work", w, "--dest", tmp_path / "done",
+                  "--runs", RUN)
+    assert f"{RUN}: finished: nothing to carry" in said
+    bad = _bench("run_carry.py", "in", "--work", w, *returned[1:], ok=False)
+    assert "part00 of run data-all-wd0.01-s0's carry is missing" in bad
+    assert "Traceback" not in bad
+
+    # another plan (other settings for the run): refused, one line, nothing written
+    other = tmp_path / "w-other"
+    cfg.write_text(json.dumps({**study, "tokens_per_run": 1200}))
+    _plan(other, gen, cfg, tiny_target_dir)
+    said = _bench("run_carry.py", "in", "--work", other, *returned, ok=False)
+    assert (f"{RUN}: step {step} not unpacked: its train settings differ from this "
+            "plan's") in said
+    assert not (other / "study/runs" / RUN / "checkpoints").exists()

@@ -2,9 +2,10 @@
 
 Prevents a run longer than one session from never finishing: the study's runs resume
 exactly from a step checkpoint (eagle3lab.train.checkpoints: weights, optimizer, scheduler,
-data position, RNG), but every H200 session starts on a bare machine with 1,800 s of
-device time, and speculators' recipe at 128M tokens needs ~1,350 s of training alone
-(docs/study.md, session 10: stopped at 39.7M tokens, its work lost).
+data position, RNG; the deadline's SIGTERM writes one of the step reached), but every H200
+session starts on a bare machine with 1,800 s of device time, and speculators' recipe at
+128M tokens needs ~1,350 s of training alone (docs/study.md, session 10: stopped at 39.7M
+tokens, its work lost).
 
 `out` packs each unfinished run's newest complete checkpoint, its run.json and its
 metrics.jsonl into resume-RUN.tar.gz, cut into parts of at most --part-mib (the device

@@ -102,6 +102,10 @@ def run_all(cmds: list[tuple[str, list[str]]], *, deadline: Deadline, logs: Path
     return codes
 
 
+#: `eagle3lab train`'s exit code when SIGTERM stopped it after checkpointing its step
+STOPPED_RC = 128 + 15
+
+
 def stop(*procs: subprocess.Popen, grace: float = 15.0) -> None:
     """SIGTERM to every process group at once, `grace` seconds for them together, then
     SIGKILL to those left (one by one, the waits would add up past the call's limit)."""
@@ -433,10 +437,13 @@ def stage_train(args) -> int:
                 del running[name]
                 log(f"train {name} exited {p.returncode}"
                     + ("" if p.returncode == 0 else
+                       " (SIGTERM: checkpointed, a later call resumes it)"
+                       if p.returncode == STOPPED_RC else
                        f": {tail(logs / f'train-{name}.log')}"))
                 if p.returncode == 0:
                     to_live.append(name)
-                elif p.returncode is not None and p.returncode > 0:
+                elif p.returncode is not None and p.returncode > 0 and \
+                        p.returncode != STOPPED_RC:
                     failed.append(name)
         while to_live and len(living) < args.live_jobs and deadline.left() > 60:
             name = to_live.pop(0)

@@ -1,8 +1,9 @@
-"""bench/run_carry.py on the CPU at tiny size: a study run stopped mid-way, its newest
+"""bench/run_carry.py on the CPU at tiny size: a study run stopped mid-way by SIGTERM (as
+the deadline stops it: `eagle3lab train` checkpoints the step and exits 143), its newest
 checkpoint packed and returned over several calls (as the device returns at most 64 MiB a
 call), unpacked on a "fresh machine" (the same work path, planned again) and resumed there,
 ends exactly where the same run resumed in place ends: the same weights, the same logged
-metrics. A checkpoint from another plan, an unplanned run, an older checkpoint and a
+metrics. A checkpoint from another plan, a missing part, a checkpoint already there and a
 finished run are refused in one line each."""
 
 from __future__ import annotations
@@ -30,15 +31,18 @@ def _bench(script: str, *args, ok: bool = True) -> str:
     return r.stdout + r.stderr
 
 
-def _train(work: Path, **extra) -> None:
-    """The run's own settings (study.json), as study_gpu.py train starts it."""
+def _train(work: Path, *, term_at: int | None = None, **extra) -> str:
+    """The run's own settings (study.json), as study_gpu.py train starts it; `term_at`:
+    SIGTERM as that step starts (the deadline's stop), and the exit code says so (143)."""
     arm = next(a for a in json.loads((work / "study/study.json").read_text())["arms"]
                if a["name"] == RUN)
     cfg = work / f"{RUN}.json"
     cfg.write_text(json.dumps({**arm["train"], "device": "cpu", "progress": False, **extra}))
+    env = {**ENV, "EAGLE3LAB_TEST_FAULT": f"term:0:{term_at}"} if term_at else ENV
     r = subprocess.run([sys.executable, "-m", "eagle3lab", "train", "--config", str(cfg)],
-                       capture_output=True, text=True, timeout=900, env=ENV, cwd=ROOT)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+                       capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+    assert r.returncode == (143 if term_at else 0), r.stdout[-4000:] + r.stderr[-4000:]
+    return r.stdout
 
 
 def _plan(work: Path, gen: Path, cfg: Path, target: Path) -> None:
@@ -76,13 +80,15 @@ def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_
     assert "0 part(s)" in said and "every part returned" in said
     assert not list((tmp_path / "none").iterdir())  # nothing trained yet: nothing carried
 
-    # the session ends mid-run: stopped (as if killed) after a few steps
+    # the session's deadline stops the run (SIGTERM) a few steps in: it checkpoints the
+    # step it reached, whatever its periodic checkpoints
     arm = next(a for a in json.loads((w / "study/study.json").read_text())["arms"]
                if a["name"] == RUN)
-    every, stop = arm["train"]["checkpoint_every"], 3
-    _train(w, stop_after_steps=stop)
-    step = stop // every * every  # the newest checkpoint
+    step = 3
+    said = _train(w, term_at=step)
+    assert f"train: SIGTERM: stopped at step {step}" in said
     assert list_checkpoints(run)[-1].name == f"step-{step}"
+    assert json.loads((run / "run.json").read_text())["status"] == "stopped"
     assert step < arm["train"]["max_tokens"] / 64  # well before the run's end
 
     # out: packed once; returned over calls of at most --max-mib, each naming what is left

@@ -63,4 +63,6 @@ def run(args) -> int:
     summary = train_run(TrainConfig.from_dict(opts, where), verify=not args.no_verify)
     if detect().main:  # under torchrun: once
         print(json.dumps(summary, indent=2))
-    return 0
+    # stopped by SIGTERM (checkpointed): the shell's code for it, so a supervisor
+    # (bench/study_gpu.py train) does not take the run for finished
+    return 128 + 15 if summary.get("signal") == "SIGTERM" else 0

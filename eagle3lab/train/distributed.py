@@ -21,7 +21,8 @@ Prevents the failures of a training run spread over processes:
   resume at their own world size.
 
 Test-only fault injection: EAGLE3LAB_TEST_FAULT="kill:RANK:STEP" (SIGKILL) or
-"hang:RANK:STEP" makes that rank die or hang when it starts that optimizer step.
+"hang:RANK:STEP" makes that rank die or hang when it starts that optimizer step;
+"term:RANK:STEP" sends it SIGTERM there (a deadline's stop: train/loop.py's `_TermFlag`).
 """
 
 from __future__ import annotations
@@ -235,6 +236,8 @@ def fault_point(d: Ranks, step: int) -> None:
     if int(rank) == d.rank and int(at) == step:
         if kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if kind == "term":
+            os.kill(os.getpid(), signal.SIGTERM)
         while kind == "hang":
             time.sleep(60)
 

@@ -117,6 +117,40 @@ def test_resume_logs_exactly_what_an_uninterrupted_run_logs(tmp_path, sharp_data
         train(out=str(tmp_path / "b"), resume=True, **{**kw, "lr": 5e-4})
 
 
+def test_sigterm_checkpoints_the_step_reached_and_resumes_exactly(tmp_path, sharp_data,
+                                                                  monkeypatch):
+    """A one-process run sent SIGTERM (the study's deadline stopping it) finishes its step,
+    writes a checkpoint of that step beside the periodic ones and stops ("stopped"), so
+    nothing since the last periodic checkpoint is lost; resumed, it logs and saves exactly
+    what an uninterrupted run does. The handler is put back once training returns."""
+    import signal
+
+    from eagle3lab.train import train
+    from eagle3lab.train.checkpoints import list_checkpoints
+
+    kw = dict(data=sharp_data["train"], eval_data=sharp_data["eval"], max_steps=9,
+              epochs=100, max_tokens_per_batch=384, eval_every=4, checkpoint_every=3,
+              lr=1e-3, warmup_steps=2, progress=False)
+    train(out=str(tmp_path / "a"), **kw)
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setenv("EAGLE3LAB_TEST_FAULT", "term:0:5")  # SIGTERM as step 5 starts
+    stopped = train(out=str(tmp_path / "b"), **kw)
+    monkeypatch.delenv("EAGLE3LAB_TEST_FAULT")
+    assert stopped == {"run_dir": str(tmp_path / "b"), "status": "stopped", "step": 5,
+                       "signal": "SIGTERM"}
+    assert [c.name for c in list_checkpoints(tmp_path / "b")] == ["step-3", "step-5"]
+    assert signal.getsignal(signal.SIGTERM) is before
+    train(out=str(tmp_path / "b"), resume=True, **kw)
+
+    def strip(lines):
+        return [{k: v for k, v in x.items() if k != "wall_s"} for x in lines]
+
+    assert strip(_lines(tmp_path / "b")) == strip(_lines(tmp_path / "a"))
+    wa = load_file_weights(tmp_path / "a" / "final")
+    wb = load_file_weights(tmp_path / "b" / "final")
+    assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
+
+
 def load_file_weights(d: Path):
     from safetensors.torch import load_file
 

@@ -31,17 +31,45 @@ def _bench(script: str, *args, ok: bool = True) -> str:
     return r.stdout + r.stderr
 
 
+def _carry(*args, ok: bool = True) -> str:
+    """bench/run_carry.py's main in this process (its CLI's subprocess start costs seconds a
+    call); a UserError is its one line, as the CLI prints it."""
+    import contextlib
+    import importlib.util
+    import io
+
+    from eagle3lab.errors import UserError
+
+    spec = importlib.util.spec_from_file_location("run_carry", ROOT / "bench" / "run_carry.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            code = mod.main([str(a) for a in args])
+    except UserError as e:
+        code = 1
+        buf.write(str(e))
+    assert (code == 0) == ok, buf.getvalue()
+    return buf.getvalue()
+
+
 def _train(work: Path, *, term_at: int | None = None, **extra) -> str:
     """The run's own settings (study.json), as study_gpu.py train starts it; `term_at`:
-    SIGTERM as that step starts (the deadline's stop), and the exit code says so (143)."""
+    `eagle3lab train` sent SIGTERM as that step starts (the deadline's stop), its exit code
+    saying so (143); without it, trained in this process."""
     arm = next(a for a in json.loads((work / "study/study.json").read_text())["arms"]
                if a["name"] == RUN)
     cfg = work / f"{RUN}.json"
     cfg.write_text(json.dumps({**arm["train"], "device": "cpu", "progress": False, **extra}))
-    env = {**ENV, "EAGLE3LAB_TEST_FAULT": f"term:0:{term_at}"} if term_at else ENV
+    if term_at is None:  # in this process: the same loop, without a start of seconds
+        from eagle3lab.train import TrainConfig, train_run
+
+        return str(train_run(TrainConfig.from_dict(json.loads(cfg.read_text()), str(cfg))))
+    env = {**ENV, "EAGLE3LAB_TEST_FAULT": f"term:0:{term_at}"}
     r = subprocess.run([sys.executable, "-m", "eagle3lab", "train", "--config", str(cfg)],
                        capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
-    assert r.returncode == (143 if term_at else 0), r.stdout[-4000:] + r.stderr[-4000:]
+    assert r.returncode == 143, r.stdout[-4000:] + r.stderr[-4000:]
     return r.stdout
 
 
@@ -76,7 +104,7 @@ def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_
     w = tmp_path / "w"
     _plan(w, gen, cfg, tiny_target_dir)
     run = w / "study/runs" / RUN
-    said = _bench("run_carry.py", "out", "--work", w, "--dest", tmp_path / "none")
+    said = _carry("out", "--work", w, "--dest", tmp_path / "none")
     assert "0 part(s)" in said and "every part returned" in said
     assert not list((tmp_path / "none").iterdir())  # nothing trained yet: nothing carried
 
@@ -92,20 +120,20 @@ def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_
     assert step < arm["train"]["max_tokens"] / 64  # well before the run's end
 
     # out: packed once; returned over calls of at most --max-mib, each naming what is left
-    said = _bench("run_carry.py", "out", "--work", w, "--dest", tmp_path / "probe",
+    said = _carry("out", "--work", w, "--dest", tmp_path / "probe",
                   "--max-mib", 0)
     assert "0 part(s)" in said and "1 left for the next call" in said
     size = json.loads((w / "run-carry" / f"{RUN}.json").read_text())["bytes"]
     shutil.rmtree(w / "run-carry")
     part = size / 4.5 / 2**20  # five parts, two a call: three calls
     backs = [tmp_path / f"back{i}" for i in range(3)]
-    said = _bench("run_carry.py", "out", "--work", w, "--dest", backs[0], "--part-mib", part,
+    said = _carry("out", "--work", w, "--dest", backs[0], "--part-mib", part,
                   "--max-mib", 2 * part)
     assert f"{RUN}: step-{step}" in said and "3 left for the next call" in said
     record = json.loads((w / "run-carry" / f"{RUN}.json").read_text())
     assert record["manifest"]["step"] == step and len(record["parts"]) == 5
     for back in backs[1:]:
-        said = _bench("run_carry.py", "out", "--work", w, "--dest", back, "--part-mib", part,
+        said = _carry("out", "--work", w, "--dest", back, "--part-mib", part,
                       "--max-mib", 2 * part)
         assert "already packed" in said  # the same checkpoint: not packed again
     assert "1 part(s)" in said and "every part returned" in said
@@ -121,10 +149,10 @@ def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_
     # a fresh machine: the same work path, planned again, the parts unpacked, resumed
     shutil.move(str(w), str(tmp_path / "w-first"))
     _plan(w, gen, cfg, tiny_target_dir)
-    said = _bench("run_carry.py", "in", "--work", w, *returned)
+    said = _carry("in", "--work", w, *returned)
     assert f"{RUN}: step-{step}" in said and "`train` resumes it there" in said
     assert [c.name for c in list_checkpoints(run)] == [f"step-{step}"]
-    again = _bench("run_carry.py", "in", "--work", w, *returned, ok=False)
+    again = _carry("in", "--work", w, *returned, ok=False)
     assert f"step-{step} is here already (as new or newer)" in again
     _train(w, resume=True)
     weights = load_file(str(run / "final" / "model.safetensors"))
@@ -134,7 +162,7 @@ def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_
     assert _metrics(run) == ref_metrics
 
     # a finished run has nothing to carry; a missing part is named
-    said = _bench("run_carry.py", "out", "--work", w, "--dest", tmp_path / "done",
+    said = _carry("out", "--work", w, "--dest", tmp_path / "done",
                   "--runs", RUN)
     assert f"{RUN}: finished: nothing to carry" in said
     bad = _bench("run_carry.py", "in", "--work", w, *returned[1:], ok=False)
@@ -145,7 +173,7 @@ def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_
     other = tmp_path / "w-other"
     cfg.write_text(json.dumps({**study, "tokens_per_run": 1200}))
     _plan(other, gen, cfg, tiny_target_dir)
-    said = _bench("run_carry.py", "in", "--work", other, *returned, ok=False)
+    said = _carry("in", "--work", other, *returned, ok=False)
     assert (f"{RUN}: step {step} not unpacked: its train settings differ from this "
             "plan's") in said
     assert not (other / "study/runs" / RUN / "checkpoints").exists()

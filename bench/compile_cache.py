@@ -116,32 +116,18 @@ def unpack(*, parts: list[Path], cache: Path, log=print) -> dict:
     """Join `parts` (one tar.gz, or its .partNN pieces) and unpack them into `cache`.
     {"files", "made_by", "here", "matches": whether torch/Triton/CUDA/GPU are the same}."""
     from eagle3lab.errors import UserError
-    from eagle3lab.fsutil import ordered_parts
+    from eagle3lab.fsutil import tar_of_parts
 
-    parts = ordered_parts([Path(p) for p in parts], name=NAME, what="the cache")
-    for p in parts:
-        if not p.is_file():
-            raise UserError(f"{p}: no such file.")
     cache = Path(cache)
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="compile-cache.") as tmp:
-        whole = Path(tmp) / NAME
-        with open(whole, "wb") as f:
-            for p in parts:
-                f.write(p.read_bytes())
-        try:
-            with tarfile.open(whole, "r:gz") as tar:
-                members = tar.getmembers()
-                if MANIFEST not in {m.name for m in members}:
-                    raise UserError(f"{parts[0]}: no {MANIFEST} inside: not a cache that "
-                                    "bench/compile_cache.py out packed.")
-                made_by = json.loads(tar.extractfile(MANIFEST).read())["made_by"]
-                members = [m for m in members if m.name != MANIFEST]
-                tar.extractall(cache, members=members, filter="data")
-        except (tarfile.TarError, EOFError, OSError) as e:
-            raise UserError(f"{', '.join(p.name for p in parts)}: not a whole tar.gz "
-                            f"({type(e).__name__}: {e}); a part is cut short or from "
-                            "another packing.") from None
+    with tar_of_parts([Path(p) for p in parts], name=NAME, what="the cache") as (tar, parts):
+        cache.mkdir(parents=True, exist_ok=True)
+        members = tar.getmembers()
+        if MANIFEST not in {m.name for m in members}:
+            raise UserError(f"{parts[0]}: no {MANIFEST} inside: not a cache that "
+                            "bench/compile_cache.py out packed.")
+        made_by = json.loads(tar.extractfile(MANIFEST).read())["made_by"]
+        members = [m for m in members if m.name != MANIFEST]
+        tar.extractall(cache, members=members, filter="data")
     here = environment()
     keys = ("torch", "cuda", "triton", "gpu")
     matches = all(made_by.get(k) == here.get(k) for k in keys)

@@ -29,7 +29,6 @@ starts a run the deadline will stop (docs/study.md, "Carrying a run to the next 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import shutil
@@ -54,7 +53,9 @@ def archive_name(run: str) -> str:
 
 def settings_sha256(train: dict) -> str:
     """The sha256 of a run's train settings as study.json plans them (canonical JSON)."""
-    return hashlib.sha256(json.dumps(train, sort_keys=True).encode()).hexdigest()
+    from eagle3lab.fsutil import sha256_bytes
+
+    return sha256_bytes(json.dumps(train, sort_keys=True).encode())
 
 
 def _arms(work: Path) -> dict[str, dict]:
@@ -89,43 +90,40 @@ def pack(*, work: Path, runs: list[str] | None = None, part_bytes: int = 15 * 2*
     for name in names:
         out = Path(arms[name]["train"]["out"])
         ckpts = list_checkpoints(out) if out.is_dir() else []
-        if is_finished(out) or not ckpts:
-            log(f"{name}: " + ("finished" if is_finished(out) else "no checkpoint")
-                + ": nothing to carry")
+        skip = "finished" if is_finished(out) else None if ckpts else "no checkpoint"
+        if skip:
+            log(f"{name}: {skip}: nothing to carry")
             continue
         newest = ckpts[-1]
         info = json.loads((newest / "checkpoint.json").read_text())
-        manifest = {"format": FORMAT, "version": 1, "run": name, "step": info["step"],
-                    "tokens": info["tokens"], "checkpoint": newest.name,
-                    "settings_sha256": settings_sha256(arms[name]["train"]),
-                    "made_by": versions()}
         record = stage / f"{name}.json"
-        if record.is_file() and json.loads(record.read_text())["manifest"]["step"] == \
-                info["step"]:
-            rec = json.loads(record.read_text())
+        rec = json.loads(record.read_text()) if record.is_file() else None
+        if rec is not None and rec["manifest"]["step"] == info["step"]:
             log(f"{name}: step {info['step']} already packed ({len(rec['parts'])} parts)")
-            packed.append({"run": name, "step": info["step"], "tokens": info["tokens"],
-                           "parts": rec["parts"], "bytes": rec["bytes"]})
-            continue
-        with tempfile.TemporaryDirectory(prefix="run-carry.") as tmp:
-            whole = Path(tmp) / archive_name(name)
-            (Path(tmp) / MANIFEST).write_text(json.dumps(manifest, indent=1))
-            with tarfile.open(whole, "w:gz", compresslevel=6) as tar:
-                tar.add(Path(tmp) / MANIFEST, arcname=MANIFEST)
-                for f in RUN_FILES:
-                    if (out / f).is_file():
-                        tar.add(out / f, arcname=f)
-                tar.add(newest, arcname=f"checkpoints/{newest.name}")
-            size = whole.stat().st_size
-            parts = write_parts(stage, archive_name(name), whole.read_bytes(),
-                                part_bytes=part_bytes)
-        rec = {"manifest": manifest, "parts": [p.name for p in parts], "bytes": size,
-               "returned": []}
-        record.write_text(json.dumps(rec, indent=1))
-        log(f"{name}: {newest.name} ({info['tokens']:,} tokens), {size / 2**20:.1f} MiB in "
-            f"{len(parts)} part(s)")
+        else:
+            manifest = {"format": FORMAT, "version": 1, "run": name, "step": info["step"],
+                        "tokens": info["tokens"], "checkpoint": newest.name,
+                        "settings_sha256": settings_sha256(arms[name]["train"]),
+                        "made_by": versions()}
+            with tempfile.TemporaryDirectory(prefix="run-carry.") as tmp:
+                whole = Path(tmp) / archive_name(name)
+                (Path(tmp) / MANIFEST).write_text(json.dumps(manifest, indent=1))
+                with tarfile.open(whole, "w:gz", compresslevel=6) as tar:
+                    tar.add(Path(tmp) / MANIFEST, arcname=MANIFEST)
+                    for f in RUN_FILES:
+                        if (out / f).is_file():
+                            tar.add(out / f, arcname=f)
+                    tar.add(newest, arcname=f"checkpoints/{newest.name}")
+                size = whole.stat().st_size
+                parts = write_parts(stage, archive_name(name), whole.read_bytes(),
+                                    part_bytes=part_bytes)
+            rec = {"manifest": manifest, "parts": [p.name for p in parts], "bytes": size,
+                   "returned": []}
+            record.write_text(json.dumps(rec, indent=1))
+            log(f"{name}: {newest.name} ({info['tokens']:,} tokens), {size / 2**20:.1f} MiB "
+                f"in {len(parts)} part(s)")
         packed.append({"run": name, "step": info["step"], "tokens": info["tokens"],
-                       "parts": rec["parts"], "bytes": size})
+                       "parts": rec["parts"], "bytes": rec["bytes"]})
     return packed
 
 
@@ -173,29 +171,17 @@ def unpack(*, work: Path, parts: list[Path], log=print) -> list[dict]:
     run's folder of this plan (WORK/study/study.json). [{"run", "step", "unpacked": bool,
     "why"}]; a refusal (another plan's settings, a run not planned) is one line each."""
     from eagle3lab.errors import UserError
-    from eagle3lab.fsutil import ordered_parts
+    from eagle3lab.fsutil import atomic_dir, atomic_path, tar_of_parts
     from eagle3lab.train.checkpoints import is_finished, list_checkpoints
 
     arms = _arms(work)
     results = []
     for name, group in sorted(_groups(parts).items()):
-        group = ordered_parts(group, name=archive_name(name), what=f"run {name}'s carry")
-        for p in group:
-            if not p.is_file():
-                raise UserError(f"{p}: no such file.")
         with tempfile.TemporaryDirectory(prefix="run-carry.") as tmp:
-            whole = Path(tmp) / archive_name(name)
-            with open(whole, "wb") as f:
-                for p in group:
-                    f.write(p.read_bytes())
-            try:
-                with tarfile.open(whole, "r:gz") as tar:
-                    tar.extractall(Path(tmp) / "x", filter="data")
-            except (tarfile.TarError, EOFError, OSError) as e:
-                raise UserError(f"{', '.join(p.name for p in group)}: not a whole tar.gz "
-                                f"({type(e).__name__}: {e}); a part is cut short or from "
-                                "another packing.") from None
             x = Path(tmp) / "x"
+            with tar_of_parts(group, name=archive_name(name),
+                              what=f"run {name}'s carry") as (tar, group):
+                tar.extractall(x, filter="data")
             if not (x / MANIFEST).is_file():
                 raise UserError(f"{group[0]}: no {MANIFEST} inside: not a run that "
                                 "bench/run_carry.py out packed.")
@@ -217,17 +203,13 @@ def unpack(*, work: Path, parts: list[Path], log=print) -> list[dict]:
             if res["why"]:
                 log(f"{name}: step {man['step']} not unpacked: {res['why']}")
                 continue
-            (out / "checkpoints").mkdir(parents=True, exist_ok=True)
             for f in RUN_FILES:  # the records the checkpoint belongs to
                 if (x / f).is_file():
-                    tmp_f = out / f".{f}.carry"
-                    shutil.copyfile(x / f, tmp_f)
-                    tmp_f.replace(out / f)
-            src = x / "checkpoints" / man["checkpoint"]
-            staged = out / "checkpoints" / f".{man['checkpoint']}.carry"
-            shutil.rmtree(staged, ignore_errors=True)
-            shutil.copytree(src, staged)
-            staged.rename(out / "checkpoints" / man["checkpoint"])
+                    with atomic_path(out / f) as tmp_f:
+                        shutil.copyfile(x / f, tmp_f)
+            with atomic_dir(out / "checkpoints" / man["checkpoint"]) as staged:
+                shutil.copytree(x / "checkpoints" / man["checkpoint"], staged,
+                                dirs_exist_ok=True)
             res["unpacked"] = True
             log(f"{name}: {man['checkpoint']} ({man['tokens']:,} tokens) into {out}; "
                 "`train` resumes it there")

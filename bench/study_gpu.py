@@ -102,10 +102,6 @@ def run_all(cmds: list[tuple[str, list[str]]], *, deadline: Deadline, logs: Path
     return codes
 
 
-#: `eagle3lab train`'s exit code when SIGTERM stopped it after checkpointing its step
-STOPPED_RC = 128 + 15
-
-
 def stop(*procs: subprocess.Popen, grace: float = 15.0) -> None:
     """SIGTERM to every process group at once, `grace` seconds for them together, then
     SIGKILL to those left (one by one, the waits would add up past the call's limit)."""
@@ -340,6 +336,7 @@ def stage_train(args) -> int:
     import shutil
 
     from eagle3lab.study.atscale import live_complete, read_study
+    from eagle3lab.train import SIGTERM_EXIT
     from eagle3lab.train.checkpoints import is_finished
 
     work, deadline = Path(args.work), Deadline(args.deadline_s)
@@ -438,12 +435,12 @@ def stage_train(args) -> int:
                 log(f"train {name} exited {p.returncode}"
                     + ("" if p.returncode == 0 else
                        " (SIGTERM: checkpointed, a later call resumes it)"
-                       if p.returncode == STOPPED_RC else
+                       if p.returncode == SIGTERM_EXIT else
                        f": {tail(logs / f'train-{name}.log')}"))
                 if p.returncode == 0:
                     to_live.append(name)
                 elif p.returncode is not None and p.returncode > 0 and \
-                        p.returncode != STOPPED_RC:
+                        p.returncode != SIGTERM_EXIT:
                     failed.append(name)
         while to_live and len(living) < args.live_jobs and deadline.left() > 60:
             name = to_live.pop(0)

@@ -209,3 +209,30 @@ def ordered_parts(parts: list[Path], *, name: str, what: str) -> list[Path]:
         raise UserError(f"part{missing[0]:02d} of {what} is missing (given: "
                         f"{', '.join(sorted(p.name for p in parts))}); carry every part.")
     return [numbered[i] for i in sorted(numbered)]
+
+
+@contextlib.contextmanager
+def tar_of_parts(parts: list[Path], *, name: str,
+                 what: str) -> Iterator[tuple["tarfile.TarFile", list[Path]]]:
+    """The tar.gz that `write_parts` cut (one file, or its .partNN pieces), joined in a
+    temporary file and opened: (the tar, the parts in order, `ordered_parts`). A missing
+    file, or a tar that does not read (a part cut short or from another packing) while the
+    body uses it, is one UserError."""
+    import tarfile
+
+    parts = ordered_parts(parts, name=name, what=what)
+    for p in parts:
+        if not p.is_file():
+            raise UserError(f"{p}: no such file.")
+    with tempfile.TemporaryDirectory(prefix="parts.") as tmp:
+        whole = Path(tmp) / name
+        with open(whole, "wb") as f:
+            for p in parts:
+                f.write(p.read_bytes())
+        try:
+            with tarfile.open(whole, "r:gz") as tar:
+                yield tar, parts
+        except (tarfile.TarError, EOFError, OSError) as e:
+            raise UserError(f"{', '.join(p.name for p in parts)}: not a whole tar.gz "
+                            f"({type(e).__name__}: {e}); a part is cut short or from "
+                            "another packing.") from None

@@ -8,6 +8,7 @@ finished run are refused in one line each."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -31,22 +32,29 @@ def _bench(script: str, *args, ok: bool = True) -> str:
     return r.stdout + r.stderr
 
 
-def _carry(*args, ok: bool = True) -> str:
-    """bench/run_carry.py's main in this process (its CLI's subprocess start costs seconds a
-    call); a UserError is its one line, as the CLI prints it."""
-    import contextlib
+@functools.cache
+def _run_carry():
+    """bench/run_carry.py as a module (loaded once)."""
     import importlib.util
-    import io
-
-    from eagle3lab.errors import UserError
 
     spec = importlib.util.spec_from_file_location("run_carry", ROOT / "bench" / "run_carry.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def _carry(*args, ok: bool = True) -> str:
+    """bench/run_carry.py's main in this process (its CLI's subprocess start costs seconds a
+    call); a UserError is its one line, as the CLI prints it."""
+    import contextlib
+    import io
+
+    from eagle3lab.errors import UserError
+
     buf = io.StringIO()
     try:
         with contextlib.redirect_stdout(buf):
-            code = mod.main([str(a) for a in args])
+            code = _run_carry().main([str(a) for a in args])
     except UserError as e:
         code = 1
         buf.write(str(e))

@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from eagle3lab.errors import UserError
     from eagle3lab.fsutil import read_json_object
-    from eagle3lab.train import TrainConfig, train_run
+    from eagle3lab.train import SIGTERM_EXIT, TrainConfig, train_run
     from eagle3lab.distributed import detect
 
     opts = {k: v for k, v in vars(args).items() if k in TrainConfig.model_fields}
@@ -63,6 +63,4 @@ def run(args) -> int:
     summary = train_run(TrainConfig.from_dict(opts, where), verify=not args.no_verify)
     if detect().main:  # under torchrun: once
         print(json.dumps(summary, indent=2))
-    # stopped by SIGTERM (checkpointed): the shell's code for it, so a supervisor
-    # (bench/study_gpu.py train) does not take the run for finished
-    return 128 + 15 if summary.get("signal") == "SIGTERM" else 0
+    return SIGTERM_EXIT if summary.get("signal") == "SIGTERM" else 0

@@ -21,13 +21,14 @@ from eagle3lab.train.checkpoints import RUN_FORMAT, RUN_VERSION, is_finished, pa
 from eagle3lab.train.config import ENGINE_PROFILES, TrainConfig
 from eagle3lab.train.data import PackedData, shard_identity, split_samples
 from eagle3lab.train.evaluation import evaluate
-from eagle3lab.train.loop import TrainingDiverged, train, train_run
+from eagle3lab.train.loop import SIGTERM_EXIT, TrainingDiverged, train, train_run
 from eagle3lab.train.model import (build_drafter, check_drafter_against_shards, draft_layer_config,
                                    load_drafter, match_final_state)
 from eagle3lab.train.online import OnlineSet
 
 __all__ = [
-    "ENGINE_PROFILES", "OnlineSet", "RUN_FORMAT", "RUN_VERSION", "PackedData", "TrainConfig",
+    "ENGINE_PROFILES", "OnlineSet", "RUN_FORMAT", "RUN_VERSION", "PackedData", "SIGTERM_EXIT",
+    "TrainConfig",
     "TrainingDiverged", "build_drafter", "check_drafter_against_shards", "draft_layer_config",
     "evaluate", "is_finished", "load_drafter", "match_final_state", "pack_drafter",
     "read_run", "shard_identity", "split_samples",

@@ -55,6 +55,12 @@ class TrainingDiverged(UserError):
     """A non-finite loss or gradient stopped the run (the last good checkpoint is kept)."""
 
 
+#: `eagle3lab train`'s exit code when SIGTERM stopped it after checkpointing its step (the
+#: shell's code for the signal), so a supervisor (bench/study_gpu.py train) does not take
+#: the run for finished, nor for failed
+SIGTERM_EXIT = 128 + 15
+
+
 class _TermFlag:
     """SIGTERM while a one-process run trains (the study's deadline, a session's end): the
     loop finishes its step, writes a checkpoint of it and stops, so the next call resumes
@@ -402,7 +408,8 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
                                     acc0=f"{train_m['full_acc'][0]:.2f}")
                 bar.update(1)
                 state["wall_s"] = time.time() - t0
-                if cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0 and not last:
+                periodic = cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0
+                if (periodic or term.set) and not last:  # SIGTERM: this step's, then stop
                     where["checkpoint"] = save_checkpoint(out, drafter, opt, sched, state,
                                                           cfg.keep_checkpoints, dist=d)
                     info["progress"] = dict(state)
@@ -410,10 +417,6 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
                 if cfg.stop_after_steps and state["step"] >= cfg.stop_after_steps and not last:
                     stopped = True
                 if term.set and not last:
-                    if not (cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0):
-                        where["checkpoint"] = save_checkpoint(out, drafter, opt, sched, state,
-                                                              cfg.keep_checkpoints, dist=d)
-                        info["progress"] = dict(state)
                     print(f"train: SIGTERM: stopped at step {state['step']}, checkpoint "
                           f"{where['checkpoint']}; resume=True continues from it.", flush=True)
                     stopped = True

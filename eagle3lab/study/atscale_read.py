@@ -1471,9 +1471,9 @@ def summary_numbers(results: AtScaleResults, *, setting: str = MAIN_SETTING,
     v = verdict(results, setting=setting)
     plans = [plan_budget(results, setting=setting, goals=goals, recipe=r)
              for r in planned_recipes(results)]
-    plans += [plan_compute(results, setting=setting, goals=goals, recipe=r)
-              for r in compute_recipes(results, setting=setting)]
-    plans += [d for r in compute_recipes(results, setting=setting)
+    fitted = compute_recipes(results, setting=setting)
+    plans += [plan_compute(results, setting=setting, goals=goals, recipe=r) for r in fitted]
+    plans += [d for r in fitted
               if (d := data_by_training(results, setting=setting, recipe=r))["rows"]]
     counts = results.arms["status"].value_counts()
     return {"atscale_runs_done": int(counts.get("done", 0)),

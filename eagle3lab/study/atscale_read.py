@@ -184,6 +184,9 @@ class AtScaleResults:
     plateaus: Any
     notes: list[str]
     references: Any
+    #: final_values' table, computed once (every reader starts from it; the frames above
+    #: are not changed after loading)
+    _final: Any = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @property
     def tokens_per_run(self) -> int:
@@ -429,12 +432,16 @@ def final_values(results: AtScaleResults):
     tau at each shape (`tau@S,K,D`)."""
     import pandas as pd
 
+    if results._final is not None:
+        return results._final.copy()
     rows = []
     done = results.arms[results.arms["status"] == "done"]
+    curves = (dict(tuple(results.curves.groupby("run", sort=False)))
+              if len(results.curves) else {})
     for _, a in done.iterrows():
         row = {c: a[c] for c in ARM_COLUMNS}
         row["tokens"] = a["tokens"]
-        c = results.curves[results.curves["run"] == a["run"]] if len(results.curves) else None
+        c = curves.get(a["run"])
         last = last_values(c) if c is not None and len(c) else {}
         row.update({m: last.get(m) for m in FINAL_METRICS})
         lv = results.live[(results.live["run"] == a["run"]) & results.live["final"]]
@@ -442,8 +449,9 @@ def final_values(results: AtScaleResults):
             t = lv[lv["setting"] == s]["tau"]
             row[f"tau@{s}"] = float(t.iloc[-1]) if len(t) else None
         rows.append(row)
-    return pd.DataFrame(rows, columns=ARM_COLUMNS + ["tokens", *FINAL_METRICS] + [
+    results._final = pd.DataFrame(rows, columns=ARM_COLUMNS + ["tokens", *FINAL_METRICS] + [
         f"tau@{s}" for s in results.settings])
+    return results._final.copy()
 
 
 def _order(df):

@@ -17,7 +17,11 @@ from eagle3lab.study.plateau import detect_plateau
 
 def last_values(df) -> dict[str, Any]:
     """Each column's last non-missing value (columns never logged are left out)."""
-    return {c: df[c].dropna().iloc[-1] for c in df.columns if df[c].notna().any()}
+    logged = df.notna().to_numpy()
+    if not len(logged):
+        return {}
+    last = len(logged) - 1 - logged[::-1].argmax(axis=0)  # each column's last logged row
+    return {c: df[c].iloc[last[j]] for j, c in enumerate(df.columns) if logged[:, j].any()}
 
 
 def summary_numbers(df, *, plateau_metric: str = "eval_loss_0", plateau_window: int = 3,

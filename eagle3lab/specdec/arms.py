@@ -7,6 +7,10 @@ one for a preset target), and when there is none an UNTRAINED drafter is built a
 says so (a tau of ~1.0 is then expected, not a finding); the failure arms (`last_layer`
 features, an SGLang config over speculators' `layers.0.*` keys) are built from the SAME
 drafter as the first healthy arm, so the drop in tau is the failure's and nothing else's.
+A first drafter that SGLang's format cannot hold (a normed one: speculators' `eagle3`
+defaults, the shipped default drafter since 2026-12-03) gets no SGLang-config arm, and a
+note says why (SGLang cannot serve it at all, which the doctor and `convert` say), instead
+of the whole comparison failing on the conversion's refusal.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import dataclasses
 import os
 from pathlib import Path
 
+from eagle3lab.formats.convert import ConversionError
 from eagle3lab.formats.demo import make_speculators_draft
 from eagle3lab.specdec.accept import Arm
 from eagle3lab.specdec.failures import sglang_config_speculators_keys
@@ -60,8 +65,14 @@ def acceptance_arms(*, drafts: list, target: str | os.PathLike, workdir: str | o
     arms = [Arm("/".join(Path(d).parts[-2:]) if len(draft_list) > 1 else "healthy", d)
             for d in draft_list]
     if compare_failures:
-        bad = sglang_config_speculators_keys(draft_list[0], workdir / "keys-mismatch",
-                                             target=resolve_target_path(target))
-        arms += [Arm(LAST_LAYER_ARM, draft_list[0], "last_layer"),
-                 Arm(DROPPED_KEYS_ARM, str(bad), "fused", "sglang")]
+        arms.append(Arm(LAST_LAYER_ARM, draft_list[0], "last_layer"))
+        try:
+            bad = sglang_config_speculators_keys(draft_list[0], workdir / "keys-mismatch",
+                                                 target=resolve_target_path(target))
+        except ConversionError as e:
+            notes.append(f"No '{DROPPED_KEYS_ARM}' arm: {draft_list[0]} cannot be written in "
+                         f"SGLang's format, so SGLang cannot serve it at all "
+                         f"({str(e).split(' Options:')[0]})")
+        else:
+            arms.append(Arm(DROPPED_KEYS_ARM, str(bad), "fused", "sglang"))
     return ArmPlan(drafts=draft_list, arms=arms, notes=notes)

@@ -4,6 +4,8 @@ built from the first drafter."""
 
 from pathlib import Path
 
+import pytest
+
 from eagle3lab.formats.reader import Checkpoint
 from eagle3lab.workdir import default_drafter
 from eagle3lab.specdec.arms import DROPPED_KEYS_ARM, LAST_LAYER_ARM, acceptance_arms
@@ -43,3 +45,40 @@ def test_untrained_fallback_and_failure_arms_from_the_same_drafter(tmp_path, tin
         assert ck.config["architectures"] == ["LlamaForCausalLMEagle3"]
     finally:
         ck.close()
+
+
+def test_a_normed_first_drafter_gets_no_sglang_config_arm_and_a_note(tmp_path,
+                                                                     tiny_target_dir):
+    """SGLang's format cannot hold norm_before_fc: the conversion refuses, so the SGLang
+    failure arm does not apply to this drafter (SGLang cannot serve it at all); the
+    last_layer arm still comes from it, and the note gives the converter's finding code."""
+    from eagle3lab.formats.demo import make_speculators_draft
+
+    normed = make_speculators_draft(tmp_path / "normed", target=tiny_target_dir,
+                                    norm_before_fc=True)
+    plan = acceptance_arms(drafts=[normed], target=str(tiny_target_dir),
+                           workdir=tmp_path / "w")
+    assert [(a.name, a.draft, a.features) for a in plan.arms] == [
+        ("healthy", str(normed), "fused"), (LAST_LAYER_ARM, str(normed), "last_layer")]
+    assert plan.healthy == 1 and len(plan.notes) == 1
+    note = plan.notes[0]
+    assert note.startswith(f"No '{DROPPED_KEYS_ARM}' arm: {normed} cannot be written in "
+                           "SGLang's format, so SGLang cannot serve it at all ([norm-before-fc]")
+    assert "Options:" not in note and not (tmp_path / "w" / "keys-mismatch").exists()
+
+
+@pytest.mark.real
+def test_the_demos_arms_with_the_shipped_default_drafter_first(tmp_path, default_target_dir):
+    """`make demo`'s notebook 05 measures [the default drafter, the demo's trained one]
+    with the failure arms on: the shipped default drafter (speculators' recipe, normed)
+    comes first, and the plan is made instead of the notebook failing on the refusal."""
+    from eagle3lab.formats.demo import make_speculators_draft
+
+    shipped = default_drafter("smollm2-135m-instruct")
+    ours = make_speculators_draft(tmp_path / "ours", target=default_target_dir,
+                                  draft_vocab=256)
+    plan = acceptance_arms(drafts=[shipped, ours], target="smollm2-135m-instruct",
+                           workdir=tmp_path / "w")
+    assert [a.draft for a in plan.arms] == [shipped, str(ours), shipped]
+    assert plan.arms[-1].name == LAST_LAYER_ARM and plan.healthy == 2
+    assert "[norm-before-fc]" in plan.notes[0]

@@ -60,11 +60,19 @@ _FIELD = {"norm_before_fc": "input_norm", "fc_norm": "fc_norm",
           "norm_before_residual": "norm_before_residual", "norm_output": "norm_output"}
 
 
-class ConversionError(UserError):
-    """A refused conversion; `code` is the finding code that explains it."""
+#: Codes of a refusal because the engine does not implement a norm variant the drafter was
+#: trained with: that engine cannot serve the drafter at all, whatever its keys.
+VARIANT_CODES = frozenset(_VARIANTS.values())
 
-    def __init__(self, code: str, message: str):
-        super().__init__(f"[{code}] {message} Nothing was written.")
+
+class ConversionError(UserError):
+    """A refused conversion; `code` is the finding code that explains it, `reason` the
+    refusal without the options that follow it."""
+
+    def __init__(self, code: str, message: str, options: str = ""):
+        self.reason = f"[{code}] {message}"
+        super().__init__(self.reason + (f" Options: {options}" if options else "")
+                         + " Nothing was written.")
         self.code = code
 
 
@@ -174,8 +182,9 @@ def _refuse_variants(cfg: DraftConfig, profile: EngineProfile) -> None:
         raise ConversionError(code, (
             f"The draft was trained with {flag}=True, which {profile.name} does not "
             f"implement: it would serve the draft without it, with lower acceptance and no "
-            f"error. Options: serve the speculators format with vLLM (as it is, or via "
-            f"--to speculators); retrain with {flag}=False{alt}."))
+            f"error."), options=(
+            f"serve the speculators format with vLLM (as it is, or via --to speculators); "
+            f"retrain with {flag}=False{alt}."))
 
 
 def _refuse_bad_values(tensors: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from eagle3lab.formats.convert import ConversionError
+from eagle3lab.formats.convert import VARIANT_CODES, ConversionError
 from eagle3lab.formats.demo import make_speculators_draft
 from eagle3lab.specdec.accept import Arm
 from eagle3lab.specdec.failures import sglang_config_speculators_keys
@@ -70,9 +70,10 @@ def acceptance_arms(*, drafts: list, target: str | os.PathLike, workdir: str | o
             bad = sglang_config_speculators_keys(draft_list[0], workdir / "keys-mismatch",
                                                  target=resolve_target_path(target))
         except ConversionError as e:
+            if e.code not in VARIANT_CODES:  # a broken checkpoint: said as it is
+                raise
             notes.append(f"No '{DROPPED_KEYS_ARM}' arm: {draft_list[0]} cannot be written in "
-                         f"SGLang's format, so SGLang cannot serve it at all "
-                         f"({str(e).split(' Options:')[0]})")
+                         f"SGLang's format, so SGLang cannot serve it at all ({e.reason})")
         else:
             arms.append(Arm(DROPPED_KEYS_ARM, str(bad), "fused", "sglang"))
     return ArmPlan(drafts=draft_list, arms=arms, notes=notes)

@@ -35,6 +35,7 @@ The notebooks (06, 02) call these with keyword arguments; the figures are in stu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -184,9 +185,12 @@ class AtScaleResults:
     plateaus: Any
     notes: list[str]
     references: Any
-    #: final_values' table, computed once (every reader starts from it; the frames above
-    #: are not changed after loading)
-    _final: Any = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    @functools.cached_property
+    def _final(self):
+        """`final_values`' table, built once: every reader starts from it, and the frames
+        above are not changed after loading."""
+        return _final_values(self)
 
     @property
     def tokens_per_run(self) -> int:
@@ -430,10 +434,12 @@ def open_results(study_dir: str | os.PathLike, **kw) -> tuple[AtScaleResults | N
 def final_values(results: AtScaleResults):
     """One row per finished run: the last logged FINAL_METRICS and the final drafter's live
     tau at each shape (`tau@S,K,D`)."""
+    return results._final.copy()
+
+
+def _final_values(results: AtScaleResults):
     import pandas as pd
 
-    if results._final is not None:
-        return results._final.copy()
     rows = []
     done = results.arms[results.arms["status"] == "done"]
     curves = (dict(tuple(results.curves.groupby("run", sort=False)))
@@ -449,9 +455,8 @@ def final_values(results: AtScaleResults):
             t = lv[lv["setting"] == s]["tau"]
             row[f"tau@{s}"] = float(t.iloc[-1]) if len(t) else None
         rows.append(row)
-    results._final = pd.DataFrame(rows, columns=ARM_COLUMNS + ["tokens", *FINAL_METRICS] + [
+    return pd.DataFrame(rows, columns=ARM_COLUMNS + ["tokens", *FINAL_METRICS] + [
         f"tau@{s}" for s in results.settings])
-    return results._final.copy()
 
 
 def _order(df):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from eagle3lab.errors import UserError
+from eagle3lab.formats.demo import make_speculators_draft
 from eagle3lab.formats.reader import Checkpoint
 from eagle3lab.workdir import default_drafter
 from eagle3lab.specdec.arms import DROPPED_KEYS_ARM, LAST_LAYER_ARM, acceptance_arms
@@ -52,8 +54,6 @@ def test_a_normed_first_drafter_gets_no_sglang_config_arm_and_a_note(tmp_path,
     """SGLang's format cannot hold norm_before_fc: the conversion refuses, so the SGLang
     failure arm does not apply to this drafter (SGLang cannot serve it at all); the
     last_layer arm still comes from it, and the note gives the converter's finding code."""
-    from eagle3lab.formats.demo import make_speculators_draft
-
     normed = make_speculators_draft(tmp_path / "normed", target=tiny_target_dir,
                                     norm_before_fc=True)
     plan = acceptance_arms(drafts=[normed], target=str(tiny_target_dir),
@@ -72,8 +72,6 @@ def test_the_demos_arms_with_the_shipped_default_drafter_first(tmp_path, default
     """`make demo`'s notebook 05 measures [the default drafter, the demo's trained one]
     with the failure arms on: the shipped default drafter (speculators' recipe, normed)
     comes first, and the plan is made instead of the notebook failing on the refusal."""
-    from eagle3lab.formats.demo import make_speculators_draft
-
     shipped = default_drafter("smollm2-135m-instruct")
     ours = make_speculators_draft(tmp_path / "ours", target=default_target_dir,
                                   draft_vocab=256)
@@ -82,3 +80,16 @@ def test_the_demos_arms_with_the_shipped_default_drafter_first(tmp_path, default
     assert [a.draft for a in plan.arms] == [shipped, str(ours), shipped]
     assert plan.arms[-1].name == LAST_LAYER_ARM and plan.healthy == 2
     assert "[norm-before-fc]" in plan.notes[0]
+
+
+def test_a_broken_first_drafter_is_still_refused(tmp_path, tiny_target_dir):
+    """Only the norm-variant refusals mean "SGLang cannot serve it": a NaN in the first
+    drafter stops the plan with the converter's own finding, as before."""
+    from safetensors.torch import load_file, save_file
+
+    draft = make_speculators_draft(tmp_path / "nan", target=tiny_target_dir)
+    weights = load_file(str(draft / "model.safetensors"))
+    weights["fc.weight"].view(-1)[0] = float("nan")
+    save_file(weights, str(draft / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(UserError, match=r"\[nonfinite\]"):
+        acceptance_arms(drafts=[draft], target=str(tiny_target_dir), workdir=tmp_path / "w")

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "static_equal.py"
 
 
@@ -20,6 +22,8 @@ def _module():
     return mod
 
 
+@pytest.mark.slow
+@pytest.mark.full  # in make test-all (CI); make test stays under 15 min on a 2-core CPU
 def test_engines_agree_on_the_tiny_target(tiny_target_dir, tmp_path):
     from eagle3lab.formats.demo import make_speculators_draft
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "tokpack.py"
 
 
@@ -18,6 +20,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
 
 
+@pytest.mark.slow
+@pytest.mark.full  # in make test-all (CI); make test stays under 15 min on a 2-core CPU
 def test_pack_then_unpack_from_the_folder(tiny_target, tiny_target_dir, tmp_path):
     from eagle3lab.data.regenerate import meta_path, regenerate
 

@@ -17,7 +17,7 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "online.py"
 
 
-@pytest.mark.full  # in make test-all (CI); make test stays under 15 min on a 2-core CPU
+@pytest.mark.full
 @pytest.mark.slow
 def test_tiny_runs_on_cpu(tmp_path):
     r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--tiny", "--work", str(tmp_path)],
@@ -42,7 +42,7 @@ def test_tiny_runs_on_cpu(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(("shards", "run-"))]
 
 
-@pytest.mark.full  # in make test-all (CI); make test stays under 15 min on a 2-core CPU
+@pytest.mark.full
 @pytest.mark.slow
 def test_tiny_draft_attn_side_by_side(tmp_path):
     """--draft-attn with several kernels: each that can train here trains offline and online

@@ -16,7 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "regen_static.py"
 
 
 @pytest.mark.slow
-@pytest.mark.full  # in make test-all (CI); make test stays under 15 min on a 2-core CPU
+@pytest.mark.full
 def test_tiny_side_by_side(tiny_target_dir, tmp_path):
     r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--target", str(tiny_target_dir),
                         "--limit", "3", "--copies", "2", "--max-new-tokens", "6",

@@ -93,7 +93,7 @@ def _metrics(run: Path) -> list[dict]:
     return rows
 
 
-@pytest.mark.full  # in make test-all (CI); make test stays under 15 min on a 2-core CPU
+@pytest.mark.full
 @pytest.mark.slow
 def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_dir):
     from safetensors.torch import load_file

@@ -23,7 +23,7 @@ def _module():
 
 
 @pytest.mark.slow
-@pytest.mark.full  # in make test-all (CI); make test stays under 15 min on a 2-core CPU
+@pytest.mark.full
 def test_engines_agree_on_the_tiny_target(tiny_target_dir, tmp_path):
     from eagle3lab.formats.demo import make_speculators_draft
 

@@ -15,7 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "static_host.py"
 
 
 @pytest.mark.slow
-@pytest.mark.full  # in make test-all (CI); make test stays under 15 min on a 2-core CPU
+@pytest.mark.full
 def test_tiny_run_reports_host_and_forward_time_per_step():
     r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--batch-sizes", "2", "4",
                         "--settings", "3,1,4", "--max-new-tokens", "8", "--repeats", "1"],

@@ -21,7 +21,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-@pytest.mark.full  # in make test-all (CI); make test stays under 15 min on a 2-core CPU
+@pytest.mark.full
 def test_pack_then_unpack_from_the_folder(tiny_target, tiny_target_dir, tmp_path):
     from eagle3lab.data.regenerate import meta_path, regenerate
 

@@ -17,7 +17,7 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "train.py"
 
 
-@pytest.mark.full  # in make test-all (CI); make test stays under 15 min on a 2-core CPU
+@pytest.mark.full
 @pytest.mark.slow
 def test_kernels_side_by_side_on_cpu(tmp_path):
     from eagle3lab.train.model import flex_backward_problem

@@ -32,7 +32,7 @@ def _run(name: str, out: Path, params: dict) -> tuple[str, int]:
 DEMO_STEPS = 6
 
 
-@pytest.mark.full  # in make test-all (CI); make test stays under 15 min on a 2-core CPU
+@pytest.mark.full
 @pytest.mark.slow
 def test_notebook_02_standalone_demo(tmp_path, sharp_target_dir):
     text, images = _run("02_training_curves.ipynb", tmp_path / "02.ipynb",
@@ -59,7 +59,7 @@ def test_notebook_02_standalone_demo(tmp_path, sharp_target_dir):
     assert 0.6 < numbers["reference_train_eval_gap"] < 0.9
 
 
-@pytest.mark.full  # in make test-all (CI); make test stays under 15 min on a 2-core CPU
+@pytest.mark.full
 @pytest.mark.slow
 def test_notebook_06_standalone_demo(tmp_path, sharp_target_dir):
     text, images = _run("06_grokking_vs_data.ipynb", tmp_path / "06.ipynb",

@@ -17,14 +17,14 @@ from __future__ import annotations
 import datetime
 import time
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import Field
 
 from eagle3lab import __version__
 from eagle3lab.config import DEFAULT_TARGET, TARGET_PRESETS, StrictConfig, preset_dir, runs_dir
 from eagle3lab.data.extract import extract
-from eagle3lab.data.regenerate import regenerate
+from eagle3lab.data.regenerate import RegenerateConfig, read_meta, regenerate
 from eagle3lab.data.shards import MANIFEST, read_manifest
 from eagle3lab.data.vocab import build_shard_vocab
 from eagle3lab.errors import UserError
@@ -56,6 +56,12 @@ class PipelineConfig(StrictConfig):
                               "(eval shards)")
     max_new_tokens: int = Field(160, ge=1, description="answer length cap of regeneration")
     batch_size: int = Field(16, ge=1, description="generation batch size")
+    regen_engine: Literal["auto", "static", "hf"] = Field(
+        "auto", description="regeneration's engine (regenerate's --engine): static, "
+        "eagle3lab's batched decoder (1.30x transformers' generate on a 2-core CPU, "
+        "identical greedy records in fp32: bench/regen_static.py), hf, or auto: static where "
+        "it runs the target, else hf; responses already in the work dir are resumed with "
+        "the engine that made them")
     draft_vocab_size: int = Field(8192, ge=1, description="draft vocabulary of the map and "
                                   "the drafter")
     aux_ids: AuxIds | None = Field(None, description="aux layer ids the shards capture "
@@ -81,10 +87,13 @@ def run_demo(
     train_prompts: int = 96, eval_prompts: int = 24, max_new_tokens: int = 160,
     batch_size: int = 16, draft_vocab_size: int = 8192, device: str = "auto",
     dtype: str = "float32", progress: bool = True, aux_ids: list[int] | str | None = None,
+    regen_engine: str = "auto",
 ) -> dict[str, Any]:
     """Prepare the target, regenerate train/eval responses, extract shards, build the map.
     aux_ids: extract's (None: the target's default); the vocab map reads them from the
-    shards' manifest."""
+    shards' manifest. regen_engine: regenerate's engine for new responses files ("auto":
+    `choose_engine`); one that exists is resumed with the engine its meta records
+    (`made_with_engine`)."""
     # lazy: a test patches eagle3lab.targets.adapter.load_target
     from eagle3lab.targets.adapter import load_target
     # lazy: a test patches eagle3lab.targets.default.prepare_target
@@ -98,10 +107,15 @@ def run_demo(
         prepare_target(name=target)
     tgt = load_target(target, device=device, dtype=dtype)
     for split, n in (("train", train_prompts), ("eval", eval_prompts)):
-        print(f"[2/4] regenerate {split}: {n} prompts, up to {max_new_tokens} new tokens each")
+        engine = made_with_engine(wd.responses(split)) or choose_engine(
+            tgt, regen_engine, max_new_tokens=max_new_tokens)
+        print(f"[2/4] regenerate {split}: {n} prompts, up to {max_new_tokens} new tokens each "
+              f"(engine {engine})")
         stages[f"regenerate_{split}"] = regenerate(
             target=tgt, prompts=split, out=wd.responses(split), limit=n,
-            max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress)
+            max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress,
+            engine=engine, engine_class=_engine_class(engine))
+        stages[f"regenerate_{split}"]["engine"] = engine
     for split in ("train", "eval"):
         print(f"[3/4] extract {split}")
         stages[f"extract_{split}"] = extract(
@@ -113,6 +127,36 @@ def run_demo(
     stages["seconds"] = time.time() - t0
     stages["paths"] = {k: str(v) for k, v in wd.as_dict().items()}
     return stages
+
+
+def made_with_engine(out: Path) -> str | None:
+    """The engine an existing responses file was made with (its meta's; "hf" for files made
+    before the engine was recorded), None when there is none yet: a work dir made with one
+    engine is resumed with it, never refused as made with other parameters."""
+    meta = read_meta(Path(out), "eagle3lab-conversations")
+    return None if meta is None else meta.get("params", {}).get("engine", "hf")
+
+
+def choose_engine(target: Any, requested: str, *, max_new_tokens: int) -> str:
+    """"auto": the static engine where it runs this target at these lengths (longest prompt
+    regenerate takes + the answer cap), else transformers' generate; another choice as is."""
+    if requested != "auto":
+        return requested
+    # lazy: the engine's model checks are torch-heavy and needed for "auto" only
+    from eagle3lab.specdec.staticmodel import unsupported_reason
+
+    max_len = RegenerateConfig.model_fields["max_prompt_tokens"].default + max_new_tokens
+    why = unsupported_reason(target.model.config, max_len=max_len, model=target.model)
+    return "hf" if why else "static"
+
+
+def _engine_class(engine: str) -> Any:
+    """regenerate's engine_class for `engine` (the data layer cannot import specdec)."""
+    if engine != "static":
+        return None
+    from eagle3lab.specdec.batched import BatchedEngine  # lazy: torch-heavy, static only
+
+    return BatchedEngine
 
 
 # ---------------------------------------------------------------------------------------
@@ -143,7 +187,8 @@ def stage_data(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, An
                      train_prompts=cfg.train_prompts, eval_prompts=cfg.eval_prompts,
                      max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
                      draft_vocab_size=cfg.draft_vocab_size, device=cfg.device,
-                     dtype=cfg.model_dtype, progress=progress, aux_ids=cfg.aux_ids)
+                     dtype=cfg.model_dtype, progress=progress, aux_ids=cfg.aux_ids,
+                     regen_engine=cfg.regen_engine)
     except UserError as e:
         raise UserError(f"{e} (In a report these settings come from the parameters file's "
                         f"pipeline section; for other settings use another "
@@ -161,6 +206,7 @@ def stage_data(cfg: PipelineConfig, wd: WorkDir, progress: bool) -> dict[str, An
         "eval_conversations": s["extract_eval"]["samples"],
         "eval_tokens": s["extract_eval"]["tokens"],
         "regenerate_tokens_per_s": rt["tokens_per_s"] if rt["new_tokens"] else None,
+        "regenerate_engine": rt["engine"],
         "extract_tokens_per_s": et["tokens_per_s"],
         "bytes_per_token": et["bytes_per_token"],
         "draft_vocab_size": s["vocab"]["draft_vocab_size"],

@@ -122,6 +122,15 @@ def read_meta(out: Path, kind: str) -> dict[str, Any] | None:
     return meta
 
 
+def made_with_engine(out: str | os.PathLike) -> str | None:
+    """The engine an existing responses file was made with (its meta's; a file made before
+    the engine was recorded: `_IDENTITY_DEFAULTS`'), None when there is none yet: a caller
+    that picks the engine itself (the pipeline) resumes a file with it instead of having
+    the file refused as made with other parameters."""
+    meta = read_meta(Path(out), "eagle3lab-conversations")
+    return None if meta is None else {**_IDENTITY_DEFAULTS, **meta.get("params", {})}["engine"]
+
+
 class RegenerateConfig(GenerationConfig):
     """`regenerate`'s settings (`eagle3lab regenerate`'s options)."""
 

@@ -24,7 +24,7 @@ from pydantic import Field
 from eagle3lab import __version__
 from eagle3lab.config import DEFAULT_TARGET, TARGET_PRESETS, StrictConfig, preset_dir, runs_dir
 from eagle3lab.data.extract import extract
-from eagle3lab.data.regenerate import RegenerateConfig, read_meta, regenerate
+from eagle3lab.data.regenerate import RegenerateConfig, made_with_engine, regenerate
 from eagle3lab.data.shards import MANIFEST, read_manifest
 from eagle3lab.data.vocab import build_shard_vocab
 from eagle3lab.errors import UserError
@@ -127,14 +127,6 @@ def run_demo(
     stages["seconds"] = time.time() - t0
     stages["paths"] = {k: str(v) for k, v in wd.as_dict().items()}
     return stages
-
-
-def made_with_engine(out: Path) -> str | None:
-    """The engine an existing responses file was made with (its meta's; "hf" for files made
-    before the engine was recorded), None when there is none yet: a work dir made with one
-    engine is resumed with it, never refused as made with other parameters."""
-    meta = read_meta(Path(out), "eagle3lab-conversations")
-    return None if meta is None else meta.get("params", {}).get("engine", "hf")
 
 
 def choose_engine(target: Any, requested: str, *, max_new_tokens: int) -> str:

@@ -6,7 +6,7 @@ import pytest
 
 from eagle3lab.errors import UserError
 from eagle3lab.data.prompts import read_conversations
-from eagle3lab.data.regenerate import meta_path, regenerate
+from eagle3lab.data.regenerate import made_with_engine, meta_path, regenerate
 
 
 @pytest.fixture()
@@ -81,6 +81,22 @@ def test_changed_parameters_refused(tiny_target, prompts_file, tmp_path):
     with pytest.raises(UserError, match="max_new_tokens=4 now 8"):
         regenerate(target=tiny_target, prompts=prompts_file, out=out, max_new_tokens=8,
                    progress=False)
+
+
+def test_made_with_engine_reads_the_meta_and_older_files_as_hf(tiny_target, prompts_file,
+                                                                tmp_path):
+    out = tmp_path / "r.jsonl"
+    assert made_with_engine(out) is None  # nothing there yet
+    regenerate(target=tiny_target, prompts=prompts_file, out=out, limit=1, max_new_tokens=4,
+               progress=False)
+    assert made_with_engine(out) == "hf"
+    meta = json.loads(meta_path(out).read_text())
+    meta["params"]["engine"] = "static"
+    meta_path(out).write_text(json.dumps(meta))
+    assert made_with_engine(out) == "static"
+    del meta["params"]["engine"]  # made before the engine was recorded
+    meta_path(out).write_text(json.dumps(meta))
+    assert made_with_engine(out) == "hf"
 
 
 def test_malformed_prompt_line_named(tiny_target, tmp_path):

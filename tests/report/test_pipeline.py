@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from eagle3lab.data.regenerate import meta_path
-from eagle3lab.report.pipeline import PipelineConfig, choose_engine, made_with_engine, run_demo
+from eagle3lab.data.regenerate import made_with_engine, meta_path
+from eagle3lab.report.pipeline import PipelineConfig, choose_engine, run_demo
 from eagle3lab.workdir import WorkDir
 
 
@@ -46,14 +46,6 @@ def test_the_static_engine_is_the_default_and_an_hf_work_dir_resumes_with_hf(
     ids = [[json.loads(line)["input_ids"] for line in w.responses("train").read_text()
             .splitlines()] for w in (hf, static)]
     assert ids[0] == ids[1] and len(ids[0]) == 3
-
-
-def test_a_file_made_before_the_engine_was_recorded_reads_as_hf(tmp_path):
-    out = tmp_path / "responses.jsonl"
-    out.write_text("")
-    meta_path(out).write_text(json.dumps({"kind": "eagle3lab-conversations",
-                                          "params": {"max_new_tokens": 8}}))
-    assert made_with_engine(out) == "hf"
 
 
 def test_an_unknown_engine_is_refused():

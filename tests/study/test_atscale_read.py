@@ -864,3 +864,20 @@ def test_three_point_ceiling_recovers_a_saturating_curve():
         assert got["b"] == pytest.approx(0.5, abs=1e-6)
     assert three_point_ceiling([1, 2, 4], [1.0, 1.1, 1.2]) is None  # straight in log x
     assert three_point_ceiling([1, 2, 4], [1.0, 1.1, 1.05]) is None  # a fall
+
+
+def test_regeneration_verdict_on_the_committed_study_has_two_seeds():
+    """On the committed H200 study: the three regeneration arms at 1.6M unique answer tokens
+    have two seeds each (seed 1 came back on an H100, 2026-12-06), so the regeneration
+    sentence names greedy best by a gap beyond the measured seed spread, from the means of
+    the runs' own live counts."""
+    res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
+    fin = final_values(res).set_index("run")["tau@5,1,6"]
+    mean = {p: (fin[f"regen-{p}-1.6M-s0"] + fin[f"regen-{p}-1.6M-s1"]) / 2
+            for p in ("greedy", "sampled", "both")}
+    assert mean["greedy"] > max(mean["sampled"], mean["both"])
+    line = next(s for s in verdict(res)["sentences"] if s.startswith("Regeneration at"))
+    assert line.startswith("Regeneration at 1.6M unique answer tokens: live tau at 5,1,6 "
+                           f"greedy {mean['greedy']:.2f}, sampled {mean['sampled']:.2f}, "
+                           f"both {mean['both']:.2f}; best greedy (gap ")
+    assert "beyond the seed spread" in line and "over 2 seeds" in line

@@ -135,11 +135,10 @@ def choose_engine(target: Any, requested: str, *, max_new_tokens: int) -> str:
     if requested != "auto":
         return requested
     # lazy: the engine's model checks are torch-heavy and needed for "auto" only
-    from eagle3lab.specdec.staticmodel import unsupported_reason
+    from eagle3lab.specdec.batched import refusal
 
     max_len = RegenerateConfig.model_fields["max_prompt_tokens"].default + max_new_tokens
-    why = unsupported_reason(target.model.config, max_len=max_len, model=target.model)
-    return "hf" if why else "static"
+    return "hf" if refusal(target, max_len) else "static"
 
 
 def _engine_class(engine: str) -> Any:

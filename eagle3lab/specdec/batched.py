@@ -79,6 +79,14 @@ class _Row:
         self.mismatches: list[list] = []  # [position, refused drafts, target id] per step
 
 
+def refusal(target, max_len: int | None = None) -> str | None:
+    """Why this engine cannot run `target` on sequences of up to `max_len` tokens (its cache
+    holds them rounded up to KV_BUCKET, which a sliding window must cover), None where it
+    can: the engine's own check, for a caller choosing an engine before building one."""
+    return unsupported_reason(target.model.config, model=target.model,
+                              max_len=round_up(max_len, KV_BUCKET) if max_len else None)
+
+
 class BatchedEngine:
     """Plain (drafter None) or speculative decoding of many prompts at once."""
 
@@ -86,7 +94,7 @@ class BatchedEngine:
                  steps: int = 3, topk: int = 1, draft_tokens: int | None = None,
                  features: str = "fused", batch_size: int = 1, graphs: bool | None = None,
                  compile: bool = False, prefill_rows: int = 1):
-        why = unsupported_reason(target.model.config, model=target.model)
+        why = refusal(target)
         if why:
             raise UserError(f"The static engine cannot run the target {target.name}: {why}. "
                             f"Use the eager engine (--engine eager).")
@@ -184,7 +192,7 @@ class BatchedEngine:
             return
 
         t = self.target
-        why = unsupported_reason(t.model.config, max_len=round_up(max_len, KV_BUCKET))
+        why = refusal(t, max_len)
         if why:  # a sliding window shorter than these sequences
             raise UserError(f"The static engine cannot run the target {t.name} here: {why}. "
                             f"Use the eager engine (--engine eager).")

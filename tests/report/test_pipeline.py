@@ -61,6 +61,13 @@ def test_auto_takes_the_static_engine_where_it_runs_the_target(tiny_target_dir):
     tgt = load_target(str(tiny_target_dir), device="cpu")
     assert choose_engine(tgt, "auto", max_new_tokens=8) == "static"
     assert choose_engine(tgt, "hf", max_new_tokens=8) == "hf"
+    # a sliding window that covers prompt + answer (1,024 + 8) but not the engine's cache,
+    # which rounds that up to the next 128: the engine would refuse it, so auto does too
+    tgt.model.config.sliding_window = 1_100
+    assert choose_engine(tgt, "auto", max_new_tokens=8) == "hf"
+    tgt.model.config.sliding_window = 1_152
+    assert choose_engine(tgt, "auto", max_new_tokens=8) == "static"
+    tgt.model.config.sliding_window = None
     # a model type the static engine does not mirror: transformers' generate
     tgt.model.config.model_type = "gpt2"
     assert choose_engine(tgt, "auto", max_new_tokens=8) == "hf"

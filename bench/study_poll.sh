@@ -1,19 +1,24 @@
 #!/bin/bash
-# One poll of the study's chain on the device (docs/study.md): wait SECONDS, print the
-# chain's log tail and each run's newest metrics line, then put the small results (the
-# plan, each run's run.json, metrics.jsonl, live.json, and the logs) into ONE file,
-# $OUT/results.tar.gz (the device returns at most 8 files, 2 folders deep). With
-# STUDY_WINNER=RUN, that run's final drafter is packed in too once it exists; a tar over
-# 15 MiB comes back in parts, $OUT/results.tar.gz.part00, ... (cat them, then untar).
-# With STUDY_CACHE_OUT=1, inductor's cache comes back too ($OUT/inductor-cache.tar.gz*,
-# at most 30 MiB: bench/compile_cache.py), for the next session's carry.
+# One poll of the study's chain on the device (docs/study.md): wait SECONDS, or less (the
+# wait ends once the chain's log says "chain exited", so a chain that failed at start or
+# finished early costs no more device time); print the chain's log tail and each run's
+# newest metrics line, then put the small results (the plan, each run's run.json,
+# metrics.jsonl, live.json, and the logs) into ONE file, $OUT/results.tar.gz (the device
+# returns at most 8 files, 2 folders deep). With STUDY_WINNER=RUN, that run's final
+# drafter is packed in too once it exists; a tar over 15 MiB comes back in parts,
+# $OUT/results.tar.gz.part00, ... (cat them, then untar). With STUDY_CACHE_OUT=1,
+# inductor's cache comes back too ($OUT/inductor-cache.tar.gz*, at most 30 MiB:
+# bench/compile_cache.py), for the next session's carry.
 #   [STUDY_WINNER=RUN] [STUDY_CACHE_OUT=1] bash bench/study_poll.sh SECONDS
 set -u
 W=${STUDY_WORK:-/root/e3l/study}
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/e3l/site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/root/e3l/inductor}
-sleep "${1:-60}"
+end=$((SECONDS + ${1:-60}))
+while [ $SECONDS -lt $end ] && ! grep -q '^chain exited' $W/chain.log 2> /dev/null; do
+  sleep 2
+done
 tail -n 20 $W/chain.log
 for f in $W/study/runs/*/metrics.jsonl; do
   [ -f "$f" ] && echo "$(basename $(dirname $f)): $(tail -n 1 $f | cut -c 1-90)"

@@ -78,6 +78,25 @@ def _poll(work: Path, out: Path, winner: str | None = None) -> None:
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
 
+def test_a_poll_ends_when_the_chain_has_exited(tmp_path):
+    """A chain that stopped at start (session 14: the launch carried no packs) must not
+    cost the poll's whole wait: with "chain exited" in its log, a 600 s poll returns at
+    once (the subprocess limit is 120 s) and shows the log's end."""
+    w = tmp_path / "w"
+    w.mkdir()
+    (w / "chain.log").write_text("bench/study_gpu.py: error: conversations file(s) "
+                                 "gen/greedy-0.jsonl not found\nchain exited 1\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**ENV, "OUT": str(out), "STUDY_WORK": str(w),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(["bash", str(SCRIPT.parent / "study_poll.sh"), "600"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "conversations file(s)" in r.stdout and "chain exited 1" in r.stdout
+    assert list(out.iterdir()) == []  # no plan yet, so nothing to collect
+
+
 def _untar(parts: list[Path], dest: Path) -> Path:
     """The parts joined in order, untarred into dest."""
     import io

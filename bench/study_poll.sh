@@ -15,6 +15,9 @@ W=${STUDY_WORK:-/root/e3l/study}
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/e3l/site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/root/e3l/inductor}
+case ${1:-60} in
+  '' | *[!0-9]*) echo "study_poll.sh: SECONDS must be a whole number, not '$1'" >&2; exit 2 ;;
+esac
 end=$((SECONDS + ${1:-60}))
 while [ $SECONDS -lt $end ] && ! grep -q '^chain exited' $W/chain.log 2> /dev/null; do
   sleep 2

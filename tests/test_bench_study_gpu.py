@@ -66,16 +66,19 @@ def test_data_stage_packs_what_unpacks(tmp_path, default_target_dir):
     assert rec["files"]["eval.jsonl"]["records"] == 2
 
 
-def _poll(work: Path, out: Path, winner: str | None = None) -> None:
-    """bench/study_poll.sh 0 as the device runs it ($OUT, python3 = this interpreter)."""
+def _poll(work: Path, out: Path, winner: str | None = None, seconds: int | str = 0,
+          timeout: int = 300, rc: int = 0) -> subprocess.CompletedProcess:
+    """bench/study_poll.sh SECONDS as the device runs it ($OUT, python3 = this
+    interpreter); it must exit with rc within timeout."""
     out.mkdir()
     env = {**ENV, "OUT": str(out), "STUDY_WORK": str(work),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     if winner:
         env["STUDY_WINNER"] = winner
-    r = subprocess.run(["bash", str(SCRIPT.parent / "study_poll.sh"), "0"], env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    r = subprocess.run(["bash", str(SCRIPT.parent / "study_poll.sh"), str(seconds)], env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == rc, r.stdout[-2000:] + r.stderr[-2000:]
+    return r
 
 
 def test_a_poll_ends_when_the_chain_has_exited(tmp_path):
@@ -86,15 +89,12 @@ def test_a_poll_ends_when_the_chain_has_exited(tmp_path):
     w.mkdir()
     (w / "chain.log").write_text("bench/study_gpu.py: error: conversations file(s) "
                                  "gen/greedy-0.jsonl not found\nchain exited 1\n")
-    out = tmp_path / "out"
-    out.mkdir()
-    env = {**ENV, "OUT": str(out), "STUDY_WORK": str(w),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    r = subprocess.run(["bash", str(SCRIPT.parent / "study_poll.sh"), "600"], env=env,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
+    r = _poll(w, tmp_path / "out", seconds=600, timeout=120)
     assert "conversations file(s)" in r.stdout and "chain exited 1" in r.stdout
-    assert list(out.iterdir()) == []  # no plan yet, so nothing to collect
+    assert list((tmp_path / "out").iterdir()) == []  # no plan yet, so nothing to collect
+    for bad in ("abc", "1.5"):  # one line that names the argument, not bash's own error
+        r = _poll(w, tmp_path / f"out-{bad}", seconds=bad, timeout=120, rc=2)
+        assert r.stderr == f"study_poll.sh: SECONDS must be a whole number, not '{bad}'\n"
 
 
 def _untar(parts: list[Path], dest: Path) -> Path:

@@ -1,0 +1,205 @@
+"""Get this checkout ready for each kind of device call in a study session, and check that
+it will travel, before the call spends device time.
+
+Prevents two failures that cost machines: a call refused because the working tree that
+travels (tracked and untracked-not-ignored files, plus the carried folder) is over the
+device tool's 64 MiB, and a launch from a checkout without the packs, which stops the
+chain at once (session 14). The session's three states, in order (docs/study.md, "How a
+session runs"):
+
+    python3 bench/study_carry.py stash    # before the stash calls: every tracked file
+                                          # under data/ out; each chunk folder checked
+    python3 bench/study_carry.py launch   # before the launch call: data/ back, less what
+                                          # the device never reads; packs checked
+    python3 bench/study_carry.py back     # afterwards: the whole checkout again
+
+Each prints what would travel and exits 1 with one line when it would not. Standard
+library only; git does the file work (`git ls-files`, `git checkout -- data`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+MIB = 1 << 20
+STUDY = "data/studies/h200-grok"
+PACKS = f"{STUDY}/packs"
+CHUNKS = ".vllm/study/carry"
+#: What the launch leaves out: earlier sessions' partial results and the default drafter
+#: (the chain never reads them).
+LAUNCH_OUT = (f"{STUDY}/session-", "data/drafters/smollm2-135m-instruct/")
+#: The drafter the chain decodes as the shipped reference (bench/study_chain.sh); it stays
+#: out too when the committed reference already holds that decode, complete.
+REFERENCE_DRAFTER = "data/drafters/smollm2-135m-instruct-sglang"
+REFERENCE = f"{STUDY}/references/shipped/live.json"
+DEVICE_REPO = "/root/e3l/repo"  # where study_chain.sh runs on the device
+
+
+class CarryError(Exception):
+    """One line for the user."""
+
+
+def _git(root: Path, *args: str) -> bytes:
+    proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True)
+    if proc.returncode:
+        raise CarryError(f"git {' '.join(args)}: {proc.stderr.decode().strip()}")
+    return proc.stdout
+
+
+def _files(root: Path, *args: str) -> list[str]:
+    return [p.decode() for p in _git(root, "ls-files", "-z", *args).split(b"\0") if p]
+
+
+def travelling(root: Path) -> dict[str, int]:
+    """Every file that travels with a call (tracked or untracked-not-ignored, present),
+    with its size."""
+    out = {}
+    for rel in _files(root, "--cached", "--others", "--exclude-standard"):
+        path = root / rel
+        if path.is_file() and not path.is_symlink():
+            out[rel] = path.stat().st_size
+    return out
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _largest(files: dict[str, int], n: int = 3) -> str:
+    tops: dict[str, int] = {}
+    for rel, size in files.items():
+        top = "/".join(rel.split("/")[:3]) if rel.startswith("data/") else rel.split("/")[0]
+        tops[top] = tops.get(top, 0) + size
+    big = sorted(tops.items(), key=lambda kv: -kv[1])[:n]
+    return ", ".join(f"{k} {v / MIB:.1f} MiB" for k, v in big)
+
+
+def _no_edits(root: Path) -> None:
+    """Refuse before any file work when a tracked file under data/ has changes not
+    committed: `git checkout -- data` (and the stash's removal) would lose them. Deleted
+    files are the states' own doing and are fine."""
+    edited = [p.decode() for p in _git(root, "diff", "--name-only", "-z",
+                                       "--diff-filter=ACMRTUXB", "HEAD", "--", "data")
+              .split(b"\0") if p]
+    if edited:
+        raise CarryError(f"{len(edited)} tracked file(s) under data/ changed since the last "
+                         f"commit (e.g. {edited[0]}): commit them first, or this would "
+                         "lose them")
+
+
+def _remove(root: Path, rels: list[str]) -> int:
+    for rel in rels:
+        (root / rel).unlink(missing_ok=True)
+    return len(rels)
+
+
+def stash(root: Path, *, limit_mib: float) -> list[str]:
+    """Every tracked file under data/ out of the checkout; then each chunk folder under
+    .vllm/study/carry must fit beside what is left."""
+    _no_edits(root)
+    removed = _remove(root, _files(root, "--cached", "--", "data"))
+    tree = sum(travelling(root).values())
+    chunks = sorted(p for p in (root / CHUNKS).glob("*") if p.is_dir())
+    if not chunks:
+        raise CarryError(f"no chunk folders under {CHUNKS}: make them first "
+                         "(bench/vllm_carry.py pack --work .vllm/study ...)")
+    lines = [f"stash: {removed} tracked file(s) under data/ taken out; the tree left is "
+             f"{tree / MIB:.1f} MiB"]
+    for chunk in chunks:
+        total = tree + _folder_bytes(chunk)
+        rel = chunk.relative_to(root).as_posix()
+        if total > limit_mib * MIB:
+            raise CarryError(f"{rel} with the tree is {total / MIB:.1f} MiB, over the "
+                             f"{limit_mib:g} MiB a call carries: cut smaller chunks")
+        lines.append(f"  call: python3 -P bench/vllm_device.py stash {rel}   carry "
+                     f"[\"{rel}\"]  ({total / MIB:.1f} MiB)")
+    return lines
+
+
+def _reference_covers(root: Path) -> bool:
+    """The committed shipped reference is a complete decode of REFERENCE_DRAFTER as the
+    chain names it, so the chain reuses it and never opens the drafter."""
+    path = root / REFERENCE
+    if not path.is_file():
+        return False
+    try:
+        ref = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    want = f"{DEVICE_REPO}/{REFERENCE_DRAFTER}"
+    rows = ref.get("rows") or []
+    return bool(ref.get("complete")) and bool(rows) and all(r.get("path") == want
+                                                            for r in rows)
+
+
+def launch(root: Path, *, limit_mib: float) -> list[str]:
+    """data/ back as committed, less the partial sessions and the default drafter (and the
+    reference drafter when its decode is committed); the packs must be there and the
+    whole must fit."""
+    _no_edits(root)
+    _git(root, "checkout", "--", "data")
+    tracked = _files(root, "--cached", "--", "data")
+    packs = [rel for rel in tracked if rel.startswith(PACKS + "/")]
+    if not packs:
+        raise CarryError(f"no packs tracked under {PACKS}: the chain would stop at once")
+    missing = [rel for rel in packs if not (root / rel).is_file()]
+    if missing:
+        raise CarryError(f"{len(missing)} pack file(s) missing after git checkout, e.g. "
+                         f"{missing[0]}: the chain would stop at once")
+    out = [rel for rel in tracked if rel.startswith(LAUNCH_OUT)]
+    kept_reference = not _reference_covers(root)
+    if not kept_reference:
+        out += [rel for rel in tracked if rel.startswith(REFERENCE_DRAFTER + "/")]
+    _remove(root, out)
+    files = travelling(root)
+    total = sum(files.values())
+    if total > limit_mib * MIB:
+        raise CarryError(f"the launch's tree is {total / MIB:.1f} MiB, over the {limit_mib:g}"
+                         f" MiB a call carries; largest: {_largest(files)}")
+    why = ("the reference drafter kept: its decode is not committed" if kept_reference
+           else "the reference drafter too: its decode is committed")
+    return [f"launch: {len(packs)} pack file(s) in, {len(out)} file(s) left out ({why}); "
+            f"{total / MIB:.1f} MiB travels"]
+
+
+def back(root: Path) -> list[str]:
+    _no_edits(root)
+    _git(root, "checkout", "--", "data")
+    return [f"back: data/ as committed ({sum(travelling(root).values()) / MIB:.1f} MiB "
+            "would travel now)"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description="Get the checkout ready for a study session's device calls (stash, "
+                    "launch, back) and check that each will travel: under the device "
+                    "tool's working-tree limit, with the packs in for the launch.")
+    ap.add_argument("state", choices=("stash", "launch", "back"),
+                    help="stash: tracked data/ out, chunks checked; launch: data/ back "
+                         "less what the device never reads, packs checked; back: data/ "
+                         "as committed")
+    ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
+                    help="the checkout (default: this script's)")
+    ap.add_argument("--limit-mib", type=float, default=64.0,
+                    help="what one call may carry, in MiB (the device tool's limit)")
+    args = ap.parse_args(argv)
+    try:
+        if args.state == "stash":
+            lines = stash(args.root, limit_mib=args.limit_mib)
+        elif args.state == "launch":
+            lines = launch(args.root, limit_mib=args.limit_mib)
+        else:
+            lines = back(args.root)
+    except CarryError as e:
+        print(f"study_carry: error: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

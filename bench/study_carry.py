@@ -11,6 +11,8 @@ session runs"):
                                           # under data/ out; each chunk folder checked
     python3 bench/study_carry.py launch   # before the launch call: data/ back, less what
                                           # the device never reads; packs checked
+                                          # (results come back without the finished
+                                          # runs' metrics.jsonl: add only new runs)
     python3 bench/study_carry.py back     # afterwards: the whole checkout again
 
 Each prints what would travel and exits 1 with one line when it would not. Standard
@@ -30,13 +32,11 @@ STUDY = "data/studies/h200-grok"
 PACKS = f"{STUDY}/packs"
 CHUNKS = ".vllm/study/carry"
 #: What the launch leaves out: earlier sessions' partial results and the default drafter
-#: (the chain never reads them).
+#: (the chain never reads them; its ranker and reference are the -sglang one, whose
+#: weights the weak stage hashes, so that one stays), and each finished run's
+#: metrics.jsonl (below).
 LAUNCH_OUT = (f"{STUDY}/session-", "data/drafters/smollm2-135m-instruct/")
-#: The drafter the chain decodes as the shipped reference (bench/study_chain.sh); it stays
-#: out too when the committed reference already holds that decode, complete.
-REFERENCE_DRAFTER = "data/drafters/smollm2-135m-instruct-sglang"
-REFERENCE = f"{STUDY}/references/shipped/live.json"
-DEVICE_REPO = "/root/e3l/repo"  # where study_chain.sh runs on the device
+RUNS = f"{STUDY}/runs/"
 
 
 class CarryError(Exception):
@@ -120,26 +120,27 @@ def stash(root: Path, *, limit_mib: float) -> list[str]:
     return lines
 
 
-def _reference_covers(root: Path) -> bool:
-    """The committed shipped reference is a complete decode of REFERENCE_DRAFTER as the
-    chain names it, so the chain reuses it and never opens the drafter."""
-    path = root / REFERENCE
-    if not path.is_file():
-        return False
-    try:
-        ref = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    want = f"{DEVICE_REPO}/{REFERENCE_DRAFTER}"
-    rows = ref.get("rows") or []
-    return bool(ref.get("complete")) and bool(rows) and all(r.get("path") == want
-                                                            for r in rows)
+def _finished_metrics(root: Path, tracked: list[str]) -> list[str]:
+    """metrics.jsonl of every committed run whose run.json says done: the device restores a
+    finished run from its run.json and live.json and never reads its curve (only running
+    runs' metrics feed `finish_estimate`), and these are most of the study's bytes."""
+    out = []
+    for rel in tracked:
+        if not (rel.startswith(RUNS) and rel.endswith("/metrics.jsonl")):
+            continue
+        info = root / rel[: -len("metrics.jsonl")] / "run.json"
+        try:
+            done = json.loads(info.read_text()).get("status") == "done"
+        except (OSError, ValueError):
+            done = False
+        if done:
+            out.append(rel)
+    return out
 
 
 def launch(root: Path, *, limit_mib: float) -> list[str]:
-    """data/ back as committed, less the partial sessions and the default drafter (and the
-    reference drafter when its decode is committed); the packs must be there and the
-    whole must fit."""
+    """data/ back as committed, less the partial sessions, the default drafter and the
+    finished runs' curves; the packs must be there and the whole must fit."""
     _no_edits(root)
     _git(root, "checkout", "--", "data")
     tracked = _files(root, "--cached", "--", "data")
@@ -151,19 +152,17 @@ def launch(root: Path, *, limit_mib: float) -> list[str]:
         raise CarryError(f"{len(missing)} pack file(s) missing after git checkout, e.g. "
                          f"{missing[0]}: the chain would stop at once")
     out = [rel for rel in tracked if rel.startswith(LAUNCH_OUT)]
-    kept_reference = not _reference_covers(root)
-    if not kept_reference:
-        out += [rel for rel in tracked if rel.startswith(REFERENCE_DRAFTER + "/")]
+    curves = _finished_metrics(root, tracked)
+    out += curves
     _remove(root, out)
     files = travelling(root)
     total = sum(files.values())
     if total > limit_mib * MIB:
         raise CarryError(f"the launch's tree is {total / MIB:.1f} MiB, over the {limit_mib:g}"
                          f" MiB a call carries; largest: {_largest(files)}")
-    why = ("the reference drafter kept: its decode is not committed" if kept_reference
-           else "the reference drafter too: its decode is committed")
-    return [f"launch: {len(packs)} pack file(s) in, {len(out)} file(s) left out ({why}); "
-            f"{total / MIB:.1f} MiB travels"]
+    return [f"launch: {len(packs)} pack file(s) in, {len(out)} file(s) left out ("
+            f"{len(curves)} finished runs' metrics.jsonl among them); {total / MIB:.1f} MiB "
+            "travels"]
 
 
 def back(root: Path) -> list[str]:

@@ -1,10 +1,10 @@
 """bench/study_carry.py on a real git checkout laid out as the study's: each state leaves
-exactly the files its device call needs, and refuses (rc 1, one line) what would not
-travel or would stop the chain."""
+exactly the files its device call needs (the launch: the packs, the ranker's weights, each
+finished run without its curve), and refuses (rc 1, one line) what would not travel, would
+stop the chain or would lose a change."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -26,12 +26,6 @@ def _write(root: Path, rel: str, size: int = KIB, text: str | None = None) -> No
         path.write_bytes(b"x" * size)
 
 
-def _reference(drafter: str, complete: bool = True) -> str:
-    rows = [{"path": f"/root/e3l/repo/{drafter}", "setting": s, "tau": 2.0}
-            for s in ("3,1,4", "5,1,6", "4,4,12")]
-    return json.dumps({"reference": "shipped", "complete": complete, "rows": rows})
-
-
 @pytest.fixture
 def checkout(tmp_path):
     """A git checkout with the study's layout: code, packs, runs, partial sessions, both
@@ -41,11 +35,15 @@ def checkout(tmp_path):
     _write(root, "eagle3lab/__init__.py", 4 * KIB)
     _write(root, ".gitignore", text=".vllm/\n")
     _write(root, f"{STUDY}/packs/greedy-0.part01.npz", 300 * KIB)
-    _write(root, f"{STUDY}/runs/data-100k-wd0.01-s0/run.json", 2 * KIB)
+    _write(root, f"{STUDY}/runs/data-100k-wd0.01-s0/run.json", text='{"status": "done"}')
+    _write(root, f"{STUDY}/runs/data-100k-wd0.01-s0/metrics.jsonl", 100 * KIB)
+    _write(root, f"{STUDY}/runs/data-100k-wd0.01-s0/live.json", text="{}")
+    _write(root, f"{STUDY}/runs/data-400k-wd0.01-s0/run.json", text='{"status": "running"}')
+    _write(root, f"{STUDY}/runs/data-400k-wd0.01-s0/metrics.jsonl", 10 * KIB)
     _write(root, f"{STUDY}/session-14/logs/chain.log", 200 * KIB)
     _write(root, "data/drafters/smollm2-135m-instruct/model.safetensors", 200 * KIB)
     _write(root, f"{SGLANG}/model.safetensors", 200 * KIB)
-    _write(root, f"{STUDY}/references/shipped/live.json", text=_reference(SGLANG))
+    _write(root, f"{STUDY}/references/shipped/live.json", text="{}")
     _write(root, ".vllm/study/carry/01/part", 100 * KIB)
     for cmd in (["init", "-q"], ["add", "-A"],
                 ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "layout"]):
@@ -72,35 +70,29 @@ def test_stash_then_launch_then_back(checkout):
     assert (checkout / f"{STUDY}/references/shipped/live.json").is_file()
     assert not (checkout / f"{STUDY}/session-14/logs/chain.log").exists()
     assert not (checkout / "data/drafters/smollm2-135m-instruct/model.safetensors").exists()
-    # the reference's decode is committed for the drafter the chain names: it stays out too
-    assert not (checkout / f"{SGLANG}/model.safetensors").exists()
-    assert "1 pack file(s) in, 3 file(s) left out" in launch.stdout
+    # the ranker's weights (the weak stage hashes them) and the reference drafter stay
+    assert (checkout / f"{SGLANG}/model.safetensors").is_file()
+    # a finished run travels without its curve; a run not finished keeps it
+    done, running = (checkout / f"{STUDY}/runs/{r}" for r in ("data-100k-wd0.01-s0",
+                                                              "data-400k-wd0.01-s0"))
+    assert (done / "run.json").is_file() and (done / "live.json").is_file()
+    assert not (done / "metrics.jsonl").exists() and (running / "metrics.jsonl").is_file()
+    assert launch.stdout.startswith("launch: 1 pack file(s) in, 3 file(s) left out (1 "
+                                    "finished runs' metrics.jsonl among them); ")
 
     back = _run(checkout, "back")
     assert back.returncode == 0, back.stderr
     assert (checkout / f"{STUDY}/session-14/logs/chain.log").is_file()
-    assert (checkout / f"{SGLANG}/model.safetensors").is_file()
-
-
-@pytest.mark.parametrize("reference", [_reference("data/drafters/smollm2-135m-instruct"),
-                                       _reference(SGLANG, complete=False), "not json"])
-def test_launch_keeps_the_reference_drafter_unless_its_decode_is_committed(checkout,
-                                                                           reference):
-    _write(checkout, f"{STUDY}/references/shipped/live.json", text=reference)
-    subprocess.run(["git", "-C", str(checkout), "-c", "user.email=t@t", "-c", "user.name=t",
-                    "commit", "-qam", "reference"], check=True)
-    launch = _run(checkout, "launch")
-    assert launch.returncode == 0, launch.stderr
-    assert (checkout / f"{SGLANG}/model.safetensors").is_file()
-    assert "the reference drafter kept" in launch.stdout
+    assert (done / "metrics.jsonl").is_file()
 
 
 def test_launch_over_the_limit_names_the_largest_folders(checkout):
-    launch = _run(checkout, "launch", limit_mib=0.2)
+    launch = _run(checkout, "launch", limit_mib=0.4)
     assert launch.returncode == 1
     [line] = launch.stderr.splitlines()
-    assert line.startswith("study_carry: error: the launch's tree is 0.3 MiB, over the 0.2 "
-                           "MiB a call carries; largest: data/studies/h200-grok 0.3 MiB")
+    assert line == ("study_carry: error: the launch's tree is 0.5 MiB, over the 0.4 MiB a "
+                    "call carries; largest: data/studies/h200-grok 0.3 MiB, data/drafters/"
+                    "smollm2-135m-instruct-sglang 0.2 MiB, eagle3lab 0.0 MiB")
 
 
 def test_stash_refuses_a_chunk_that_does_not_fit(checkout):

@@ -101,12 +101,12 @@ def stash(root: Path, *, limit_mib: float) -> list[str]:
     """Every tracked file under data/ out of the checkout; then each chunk folder under
     .vllm/study/carry must fit beside what is left."""
     _no_edits(root)
-    removed = _remove(root, _files(root, "--cached", "--", "data"))
-    tree = sum(travelling(root).values())
     chunks = sorted(p for p in (root / CHUNKS).glob("*") if p.is_dir())
     if not chunks:
         raise CarryError(f"no chunk folders under {CHUNKS}: make them first "
                          "(bench/vllm_carry.py pack --work .vllm/study ...)")
+    removed = _remove(root, _files(root, "--cached", "--", "data"))
+    tree = sum(travelling(root).values())
     lines = [f"stash: {removed} tracked file(s) under data/ taken out; the tree left is "
              f"{tree / MIB:.1f} MiB"]
     for chunk in chunks:

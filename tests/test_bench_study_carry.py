@@ -5,6 +5,7 @@ stop the chain or would lose a change."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,13 @@ def test_a_change_not_committed_under_data_is_never_lost(checkout, state):
         f"(e.g. {STUDY}/runs/data-100k-wd0.01-s0/run.json): commit them first, or this "
         "would lose them")
     assert run_json.read_text() == "edited"
+
+
+def test_stash_without_chunks_leaves_the_checkout_as_it_was(checkout):
+    shutil.rmtree(checkout / ".vllm")
+    stash = _run(checkout, "stash")
+    assert stash.returncode == 1
+    assert stash.stderr.strip() == ("study_carry: error: no chunk folders under "
+                                    ".vllm/study/carry: make them first (bench/vllm_carry.py "
+                                    "pack --work .vllm/study ...)")
+    assert (checkout / f"{STUDY}/packs/greedy-0.part01.npz").is_file()

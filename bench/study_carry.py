@@ -16,7 +16,8 @@ session runs"):
     python3 bench/study_carry.py back     # afterwards: the whole checkout again
 
 Each prints what would travel and exits 1 with one line when it would not. Standard
-library only; git does the file work (`git ls-files`, `git checkout -- data`).
+library and bench/vllm_carry.py's reading of what travels (`travelling`, the call limit);
+git does the file work (`git ls-files`, `git checkout -- data`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # vllm_carry, and the checkout's eagle3lab (-P)
+from vllm_carry import CALL_LIMIT_MIB, travelling  # noqa: E402  (standard library)
 
 MIB = 1 << 20
 STUDY = "data/studies/h200-grok"
@@ -50,19 +55,13 @@ def _git(root: Path, *args: str) -> bytes:
     return proc.stdout
 
 
+def _paths(root: Path, *args: str) -> list[str]:
+    """The paths a `git ... -z` command lists."""
+    return [p.decode() for p in _git(root, *args).split(b"\0") if p]
+
+
 def _files(root: Path, *args: str) -> list[str]:
-    return [p.decode() for p in _git(root, "ls-files", "-z", *args).split(b"\0") if p]
-
-
-def travelling(root: Path) -> dict[str, int]:
-    """Every file that travels with a call (tracked or untracked-not-ignored, present),
-    with its size."""
-    out = {}
-    for rel in _files(root, "--cached", "--others", "--exclude-standard"):
-        path = root / rel
-        if path.is_file() and not path.is_symlink():
-            out[rel] = path.stat().st_size
-    return out
+    return _paths(root, "ls-files", "-z", *args)
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -82,9 +81,8 @@ def _no_edits(root: Path) -> None:
     """Refuse before any file work when a tracked file under data/ has changes not
     committed: `git checkout -- data` (and the stash's removal) would lose them. Deleted
     files are the states' own doing and are fine."""
-    edited = [p.decode() for p in _git(root, "diff", "--name-only", "-z",
-                                       "--diff-filter=ACMRTUXB", "HEAD", "--", "data")
-              .split(b"\0") if p]
+    edited = _paths(root, "diff", "--name-only", "-z", "--diff-filter=ACMRTUXB", "HEAD",
+                    "--", "data")
     if edited:
         raise CarryError(f"{len(edited)} tracked file(s) under data/ changed since the last "
                          f"commit (e.g. {edited[0]}): commit them first, or this would "
@@ -181,9 +179,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="stash: tracked data/ out, chunks checked; launch: data/ back "
                          "less what the device never reads, packs checked; back: data/ "
                          "as committed")
-    ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
+    ap.add_argument("--root", type=Path, default=HERE.parent,
                     help="the checkout (default: this script's)")
-    ap.add_argument("--limit-mib", type=float, default=64.0,
+    ap.add_argument("--limit-mib", type=float, default=float(CALL_LIMIT_MIB),
                     help="what one call may carry, in MiB (the device tool's limit)")
     args = ap.parse_args(argv)
     try:

@@ -130,17 +130,22 @@ def download(log=print) -> dict:
     return {"wheels": len(have), "bytes": total}
 
 
-def tree_bytes() -> int:
-    """What every device call sends anyway: tracked (present) and untracked-not-ignored
-    files of this checkout."""
-    out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
+def travelling(root: Path = ROOT) -> dict[str, int]:
+    """What every device call sends anyway: the tracked (present) and untracked-not-ignored
+    files of the checkout at `root`, each with its size (bench/study_carry.py reads it too)."""
+    out = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others",
                           "--exclude-standard"], capture_output=True, check=True).stdout
-    total = 0
+    sizes = {}
     for rel in filter(None, out.decode().split("\0")):
-        p = ROOT / rel
+        p = root / rel
         if p.is_file() and not p.is_symlink():
-            total += p.stat().st_size
-    return total
+            sizes[rel] = p.stat().st_size
+    return sizes
+
+
+def tree_bytes() -> int:
+    """What every device call sends anyway, in bytes (`travelling`)."""
+    return sum(travelling().values())
 
 
 def default_budget_mib() -> float:

@@ -749,8 +749,8 @@ def test_compute_planner_answers_train_longer_on_the_committed_study():
     answer tokens, weight decay 0.01) at 16M, 32M and 64M tokens of training. Three lengths:
     a log-linear (optimistic) fit, so the text gives the measured gains per doubling (each
     adds less) and the ceiling their geometric decay implies (~3.01, three points, no
-    range; two seeds at 16M since session 15, their mean); tau 3 needs more training than the longest run, in tokens of training, not the
-    data planner's unique answer tokens."""
+    range; two seeds at 16M since session 15, their mean); tau 3 needs more training than
+    the longest run, in tokens of training, not the data planner's unique answer tokens."""
     from eagle3lab.study.atscale_read import compute_recipes, plan_compute, three_point_ceiling
 
     res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
@@ -819,7 +819,8 @@ def test_data_gain_at_each_training_length_on_the_committed_study():
     unique answer tokens), each at 16M and 64M tokens of training. More data gains little at
     the study's equal compute and about three times as much at 64M; the 1.6M arms (one
     length) take no part; the gains are means over seeds, and the largest seed spread of a
-    cell (at 16M both sizes have two seeds) is named. Our recipe has no such pair: one line why."""
+    cell (at 16M both sizes have two seeds) is named. Our recipe has no such pair: one line
+    why."""
     from eagle3lab.study.atscale_read import data_by_training
 
     res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")

@@ -335,7 +335,7 @@ def stage_plan(args) -> int:
 def stage_train(args) -> int:
     import shutil
 
-    from eagle3lab.study.atscale import live_complete, read_study
+    from eagle3lab.study.atscale import live_complete, live_points, read_study
     from eagle3lab.train import SIGTERM_EXIT
     from eagle3lab.train.checkpoints import is_finished
 
@@ -358,7 +358,12 @@ def stage_train(args) -> int:
     cfg_dir = work / "configs"
     cfg_dir.mkdir(exist_ok=True)
     running: dict[str, tuple[subprocess.Popen, object]] = {}
-    living: dict[str, tuple[subprocess.Popen, object]] = {}  # live decodes in flight
+    # live decodes in flight: process, log file, early (the run still trains)
+    living: dict[str, tuple[subprocess.Popen, object, bool]] = {}
+    # --live-early: the points each running run's checkpoints have settled, decoded (or
+    # started) while it trains; those decodes keep its checkpoints and never fail the stage
+    early_done: dict[str, int] = {}
+    early_check = 0.0
     def failed_before(a) -> bool:
         run = Path(a["train"]["out"]) / "run.json"
         return run.is_file() and json.loads(run.read_text()).get("status") == "failed"
@@ -392,6 +397,19 @@ def stage_train(args) -> int:
     # --warm-first: the first run compiles alone; the others start once it has logged a
     # step (inductor's disk cache is then warm), it has exited, or the wait is over
     warming: tuple[str, Path, int, float] | None = None
+
+    def live(name: str, early: bool) -> None:
+        """Start RUN's live decode (early: the points settled so far) in its own process."""
+        f = open(logs / f"live-{name}.log", "a")
+        code = ("import sys; from eagle3lab.study.atscale import measure_live; "
+                f"measure_live({str(study_dir)!r}, {name!r}, device={args.device!r}, "
+                f"progress=True, early={early!r})")
+        living[name] = (subprocess.Popen([sys.executable, "-c", code], stdout=f,
+                                         stderr=subprocess.STDOUT, cwd=ROOT,
+                                         **OWN_GROUP), f, early)
+        log(f"live {name}" + (f" (early: {early_done[name]} point(s) settled)"
+                              if early else ""))
+
     started = False
     while queue or running or to_live or living:
         if warming is not None:
@@ -442,33 +460,44 @@ def stage_train(args) -> int:
                 elif p.returncode is not None and p.returncode > 0 and \
                         p.returncode != SIGTERM_EXIT:
                     failed.append(name)
-        while to_live and len(living) < args.live_jobs and deadline.left() > 60:
-            name = to_live.pop(0)
-            f = open(logs / f"live-{name}.log", "a")
-            code = ("import sys; from eagle3lab.study.atscale import measure_live; "
-                    f"measure_live({str(study_dir)!r}, {name!r}, device={args.device!r}, "
-                    "progress=True)")
-            living[name] = (subprocess.Popen([sys.executable, "-c", code], stdout=f,
-                                             stderr=subprocess.STDOUT, cwd=ROOT,
-                                             **OWN_GROUP), f)
-            log(f"live {name}")
-        for name, (p, f) in list(living.items()):
+        while len(living) < args.live_jobs and deadline.left() > 60:
+            name = next((n for n in to_live if n not in living), None)
+            if name is None:  # none waiting, or its early decode still runs
+                break
+            to_live.remove(name)
+            live(name, early=False)
+        if args.live_early and time.time() >= early_check:
+            early_check = time.time() + 20.0  # reads each run's checkpoints: not every 2 s
+            cfg = study["config"]
+            for name in running:
+                if len(living) >= args.live_jobs or deadline.left() <= 60:
+                    break
+                a = by_name[name]
+                n = len(live_points(a["train"]["out"], fractions=cfg["live_points"],
+                                    tokens_per_run=a.get("tokens_per_run")
+                                    or cfg["tokens_per_run"], reached_only=True))
+                if name not in living and n > early_done.get(name, 0):
+                    early_done[name] = n
+                    live(name, early=True)
+        for name, (p, f, early) in list(living.items()):
             if p.poll() is None:
                 continue
             del living[name]
             f.close()
-            log(f"live {name} exited {p.returncode}"
+            log(f"live {name}{' (early)' if early else ''} exited {p.returncode}"
                 + ("" if p.returncode == 0 else f": {tail(logs / f'live-{name}.log')}"))
+            if early:
+                continue  # the decode after the run measures what this one did not
             if p.returncode:
                 failed.append(f"live {name}")
             if p.returncode == 0 and not args.keep_checkpoints:
                 shutil.rmtree(study_dir / "runs" / name / "checkpoints", ignore_errors=True)
         if deadline.left() <= 0:
-            stop(*(p for p, _ in running.values()), *(p for p, _ in living.values()))
+            stop(*(p for p, _ in running.values()), *(p for p, *_ in living.values()))
             for name, (p, f) in running.items():
                 f.close()
                 log(f"train {name} stopped at the deadline (a later call resumes it)")
-            for p, f in living.values():
+            for p, f, _ in living.values():
                 f.close()
             break
         if not running and not living and (not queue or deadline.left() <= 60) and (
@@ -647,6 +676,10 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--jobs", type=int, default=4, help="runs at once on the one GPU")
     t.add_argument("--live-jobs", type=int, default=2,
                    help="finished runs decoded live at once (each its own process)")
+    t.add_argument("--live-early", action="store_true",
+                   help="while a run trains, decode the live points its checkpoints have "
+                   "settled (within --live-jobs), so a machine lost before it ends still "
+                   "returns them; the decode after the run measures only the rest")
     t.add_argument("--limit-runs", type=int, default=None, help="only the first N planned runs")
     t.add_argument("--only", default=None,
                    help="comma-separated run names, started in this order (default: every "

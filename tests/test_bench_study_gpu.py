@@ -129,8 +129,8 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     assert [a["name"] for a in study["arms"]] == ["data-0.03k-wd0.01-s0",
                                                   "data-all-wd0.01-s0"]
     out = _run("train", "--work", w, "--device", "cpu", "--jobs", 2, "--live-jobs", 2,
-               "--warm-first", 600)
-    assert "2/2 runs finished, 2 decoded live" in out
+               "--warm-first", 600, "--live-early")
+    assert "2/2 runs finished, 2 decoded live" in out and "failed" not in out
     # the first run trains alone until it has logged a step; then the other starts
     first, second = (f"train {a['name']}" for a in study["arms"])
     warm = f"warm: {study['arms'][0]['name']} logged a step after"

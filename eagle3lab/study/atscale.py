@@ -726,10 +726,12 @@ def write_selected(src: Path, dst: Path, *, base_records: int, ids: list[str],
 
 # --- live acceptance --------------------------------------------------------------------------
 def live_points(run_dir: str | os.PathLike, *, fractions: list[float],
-                tokens_per_run: int) -> list[dict[str, Any]]:
+                tokens_per_run: int, reached_only: bool = False) -> list[dict[str, Any]]:
     """The run's drafters at the live points: for a fraction below 1 the step checkpoint
     whose tokens processed are nearest to fraction x tokens_per_run, for 1 the final
-    drafter (final/)."""
+    drafter (final/). reached_only (a run still training): only the fractions below 1
+    whose checkpoint is settled, i.e. one at or past fraction x tokens_per_run exists (a
+    later checkpoint is farther), and no final drafter."""
     run_dir = Path(run_dir)
     table = list_checkpoints(run_dir, source="eagle3lab")
     steps = table[table["servable"] & table["tokens"].notna()
@@ -737,7 +739,10 @@ def live_points(run_dir: str | os.PathLike, *, fractions: list[float],
     cks = [{"step": int(r.step), "tokens": int(r.tokens), "path": r.path}
            for r in steps.itertuples()]
     pts = []
+    last = max((c["tokens"] for c in cks), default=None)
     for p in sorted(set(fractions)):
+        if reached_only and (p >= 1 or last is None or last < p * tokens_per_run):
+            continue
         if p >= 1:
             final = run_dir / "final"
             if (final / "config.json").is_file():
@@ -829,22 +834,25 @@ def live_complete(run_dir: str | os.PathLike) -> bool:
 
 
 def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
-                 device: str = "auto", progress: bool = False) -> Path:
+                 device: str = "auto", progress: bool = False, early: bool = False) -> Path:
     """Decode a finished run's live points; RUN/live.json is rewritten (atomically) after
     every measured row, `complete` false until the last, so a decode cut short (the
     deadline, a lost machine) keeps what it measured and `collect` returns it. The final
     drafter is decoded first: the point the study reads most. Resumed: rows already in a
     partial live.json are not measured again; reused whole when it holds every point and
-    shape."""
+    shape. early: the run is still training; decode the points its checkpoints have
+    settled (`live_points`' reached_only) and leave the file incomplete, so a machine lost
+    before the run ends still returns those rows, and the decode after it measures only
+    the rest."""
     study = read_study(study_dir)
     cfg = study["config"]
     run_dir = Path(study_dir) / "runs" / name
     arm = next((a for a in study["arms"] if a["name"] == name), None)
     pts = live_points(run_dir, fractions=cfg["live_points"],
                       tokens_per_run=(arm or {}).get("tokens_per_run")
-                      or cfg["tokens_per_run"])
+                      or cfg["tokens_per_run"], reached_only=early)
     return _decode_live(run_dir / "live.json", {"run": name}, pts, cfg, target=target,
-                        device=device, progress=progress)
+                        device=device, progress=progress, finish=not early)
 
 
 def measure_reference(study_dir: str | os.PathLike, *, drafter: str | os.PathLike,
@@ -862,8 +870,11 @@ def measure_reference(study_dir: str | os.PathLike, *, drafter: str | os.PathLik
 
 
 def _decode_live(dst: Path, who: dict[str, Any], pts: list[dict[str, Any]],
-                 cfg: dict[str, Any], *, target: Any, device: str, progress: bool) -> Path:
-    """measure_live's decode of `pts` (dicts with path and fraction) into `dst`."""
+                 cfg: dict[str, Any], *, target: Any, device: str, progress: bool,
+                 finish: bool = True) -> Path:
+    """measure_live's decode of `pts` (dicts with path and fraction) into `dst`; finish
+    false: the points are not all there yet (an early decode), the file stays incomplete
+    and nothing is loaded when every point given is measured."""
     import torch
 
     settings = list(cfg["live_settings"])
@@ -877,6 +888,8 @@ def _decode_live(dst: Path, who: dict[str, Any], pts: list[dict[str, Any]],
             return dst
         rows = [r for r in old["rows"] if (r["path"], r["setting"]) in want]
     have = frozenset((r["path"], r["setting"]) for r in rows)
+    if not finish and want <= have:
+        return dst
     dst.parent.mkdir(parents=True, exist_ok=True)
     head = {**who, "engine": "static", "dtype": cfg["live_dtype"],
             "device": torch.cuda.get_device_name(0)
@@ -899,6 +912,8 @@ def _decode_live(dst: Path, who: dict[str, Any], pts: list[dict[str, Any]],
              max_new_tokens=cfg["live_max_new_tokens"], dtype=cfg["live_dtype"],
              device=device, batch_size=cfg["live_batch_size"], progress=progress,
              skip=have, on_row=keep)
+    if not finish:
+        return dst
     # lazy: the doctor reads the checkpoint (safetensors); planning never needs it
     from eagle3lab.formats.doctor import serving_engines
 

@@ -143,6 +143,16 @@ def test_setting_and_live_points(tmp_path):
     pts = live_points(run, fractions=[0.125, 0.25, 0.5, 1.0], tokens_per_run=8000)
     assert [(p["step"], p["tokens"]) for p in pts] == [(10, 1000), (20, 2000), (40, 4000),
                                                       (80, 8000)]
+    # a run still training (--live-early): only the points a checkpoint at or past them
+    # has settled (a later one is farther), never the final drafter
+    early = live_points(run, fractions=[0.125, 0.25, 0.5, 1.0], tokens_per_run=8000,
+                        reached_only=True)
+    assert [(p["fraction"], p["step"]) for p in early] == [(0.125, 10), (0.25, 20), (0.5, 40)]
+    early = live_points(run, fractions=[0.125, 0.25, 0.5, 1.0], tokens_per_run=12000,
+                        reached_only=True)  # 0.5 x 12000 = 6000: not reached yet
+    assert [(p["fraction"], p["step"]) for p in early] == [(0.125, 10), (0.25, 20)]
+    assert live_points(tmp_path / "none", fractions=[0.5, 1.0], tokens_per_run=8000,
+                       reached_only=True) == []
 
 
 def test_committed_config_plans_and_its_recipe_is_speculators():

@@ -414,6 +414,25 @@ def real_study(tmp_path_factory, default_target_dir, real_target) -> Path:
     return root / "committed"
 
 
+def _count_decodes(monkeypatch, real) -> list[tuple[float, str]]:
+    """Patch atscale.live_tau to note each (fraction, setting) it measures: the list."""
+    import eagle3lab.study.atscale as atscale
+
+    measured: list[tuple[float, str]] = []
+
+    def counting(**kw):
+        inner = kw["on_row"]
+
+        def note(row):
+            measured.append((row["fraction"], row["setting"]))
+            inner(row)
+
+        return real(**{**kw, "on_row": note})
+
+    monkeypatch.setattr(atscale, "live_tau", counting)
+    return measured
+
+
 @pytest.mark.real
 @pytest.mark.slow
 def test_live_decode_cut_short_keeps_its_rows_and_resumes(real_study, real_target, tmp_path,
@@ -457,18 +476,7 @@ def test_live_decode_cut_short_keeps_its_rows_and_resumes(real_study, real_targe
                for n in res.notes)
     assert list(res.live["fraction"]) == [1.0]
 
-    measured = []
-
-    def counting(**kw):
-        inner = kw["on_row"]
-
-        def note(row):
-            measured.append((row["fraction"], row["setting"]))
-            inner(row)
-
-        return real(**{**kw, "on_row": note})
-
-    monkeypatch.setattr(atscale, "live_tau", counting)
+    measured = _count_decodes(monkeypatch, real)
     measure_live(dst, name, target=real_target, device="cpu")
     whole = json.loads((dst / "runs" / name / "live.json").read_text())
     assert measured == [(0.5, "2,1,3")]  # the kept row was not measured again
@@ -488,6 +496,44 @@ def test_live_decode_cut_short_keeps_its_rows_and_resumes(real_study, real_targe
     with pytest.raises(UserError, match=r"The live tau file .*live.json is not valid JSON "
                        r"\(line 1, column 11: .*\)\. Delete it: the next call decodes"):
         measure_live(dst, name, target=real_target, device="cpu")
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_early_live_decode_then_the_rest(real_study, real_target, tmp_path, monkeypatch):
+    """--live-early: while a run trains (no final drafter yet), measure_live(early=True)
+    decodes the points its checkpoints have settled and leaves live.json incomplete (what a
+    poll returns if the machine is then lost); called again it measures nothing; after the
+    run, the decode measures only the final drafter, and the file equals an uninterrupted
+    decode's."""
+    import shutil
+
+    import eagle3lab.study.atscale as atscale
+
+    name = REAL_RUNS[0][0]
+    src, dst = real_study.parent / "study", tmp_path / "study"
+    shutil.copytree(src / "runs" / name, dst / "runs" / name)
+    shutil.copyfile(src / "study.json", dst / "study.json")
+    run = dst / "runs" / name
+    (run / "live.json").unlink()
+    (run / "final").rename(tmp_path / "final")  # still training
+    measured = _count_decodes(monkeypatch, atscale.live_tau)
+    measure_live(dst, name, target=real_target, device="cpu", early=True)
+    part = json.loads((run / "live.json").read_text())
+    assert measured == [(0.5, "2,1,3")]
+    assert part["complete"] is False and [r["fraction"] for r in part["rows"]] == [0.5]
+    assert part["serving"] is None and not atscale.live_complete(run)
+    measure_live(dst, name, target=real_target, device="cpu", early=True)
+    assert measured == [(0.5, "2,1,3")]  # nothing new settled: nothing decoded
+    (tmp_path / "final").rename(run / "final")  # the run has finished
+    measure_live(dst, name, target=real_target, device="cpu")
+    assert measured == [(0.5, "2,1,3"), (1.0, "2,1,3")]
+    whole = json.loads((run / "live.json").read_text())
+    ref = json.loads((src / "runs" / name / "live.json").read_text())
+    assert whole["complete"] is True and atscale.live_complete(run)
+    keys = ("fraction", "setting", "tau", "accept_histogram", "per_prompt_tokens")
+    assert [[r[k] for k in keys] for r in whole["rows"]] == \
+        [[r[k] for k in keys] for r in ref["rows"]]
 
 
 @pytest.mark.real

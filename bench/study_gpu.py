@@ -399,7 +399,8 @@ def stage_train(args) -> int:
     warming: tuple[str, Path, int, float] | None = None
 
     def live(name: str, early: bool) -> None:
-        """Start RUN's live decode (early: the points settled so far) in its own process."""
+        """Start NAME's live decode in its own process (early: the points its checkpoints
+        have settled so far, while it trains)."""
         f = open(logs / f"live-{name}.log", "a")
         code = ("import sys; from eagle3lab.study.atscale import measure_live; "
                 f"measure_live({str(study_dir)!r}, {name!r}, device={args.device!r}, "
@@ -467,7 +468,7 @@ def stage_train(args) -> int:
             to_live.remove(name)
             live(name, early=False)
         if args.live_early and time.time() >= early_check:
-            early_check = time.time() + 20.0  # reads each run's checkpoints: not every 2 s
+            early_check = time.time() + args.live_early_every  # reads the checkpoints
             cfg = study["config"]
             for name in running:
                 if len(living) >= args.live_jobs or deadline.left() <= 60:
@@ -680,6 +681,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="while a run trains, decode the live points its checkpoints have "
                    "settled (within --live-jobs), so a machine lost before it ends still "
                    "returns them; the decode after the run measures only the rest")
+    t.add_argument("--live-early-every", type=float, default=20.0, metavar="SECONDS",
+                   help="with --live-early: how often the running runs' checkpoints are read")
     t.add_argument("--limit-runs", type=int, default=None, help="only the first N planned runs")
     t.add_argument("--only", default=None,
                    help="comma-separated run names, started in this order (default: every "

@@ -229,6 +229,39 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     assert live["complete"] is True and live["rows"][-1]["fraction"] == 1.0
 
 
+@pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.full
+def test_live_early_decodes_a_running_runs_points(tmp_path, tiny_target_dir):
+    """--live-early: the points a running run's checkpoints have settled are decoded while
+    it trains; the decode after the run waits for that one and measures only the final
+    drafter (the rows: every point once, in order)."""
+    w = tmp_path / "w"
+    prompts = tiny_study_answers(w / "gen", tiny_target_dir, {"greedy-0": {},
+                                                              "eval": {"limit": 3}})
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({
+        "target": "set by --target", "greedy": ["gen/greedy-0.jsonl"], "sampled": [],
+        "eval_conversations": "gen/eval.jsonl", "data_tokens": [0], "weight_decays": [0.01],
+        "seeds": [0], "tokens_per_run": 30000, "regen_tokens": None, "evals_per_run": 4,
+        "live_settings": ["2,1,3"], "live_prompts": str(prompts), "live_limit": 2,
+        "live_max_new_tokens": 6, "live_dtype": "float32", "live_batch_size": 2,
+        "train": {"max_tokens_per_batch": 64, "ttt_steps": 2, "draft_vocab_size": 128,
+                  "warmup_steps": 0}}))
+    _run("plan", "--work", w, "--config", cfg, "--target", tiny_target_dir)
+    out = _run("train", "--work", w, "--device", "cpu", "--jobs", 1, "--live-jobs", 2,
+               "--live-early", "--live-early-every", 1)
+    name = "data-all-wd0.01-s0"
+    early = out.index(f"live {name} (early: ")
+    assert early < out.index(f"train {name} exited 0"), out
+    assert early < out.index(f"live {name} (early) exited 0") < \
+        out.index(f"live {name}\n") < out.index(f"live {name} exited 0"), out
+    assert "1/1 runs finished, 1 decoded live" in out and "failed" not in out
+    live = json.loads((w / "study/runs" / name / "live.json").read_text())
+    assert live["complete"] is True
+    assert [r["fraction"] for r in live["rows"]] == [0.125, 0.25, 0.5, 1.0]
+
+
 def _study_gpu():
     import importlib.util
 

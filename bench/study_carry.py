@@ -16,7 +16,8 @@ session runs"):
     python3 bench/study_carry.py back     # afterwards: the whole checkout again
 
 Each prints what would travel and exits 1 with one line when it would not. Standard
-library and bench/vllm_carry.py's reading of what travels (`travelling`, the call limit);
+library and bench/vllm_carry.py's reading of what travels (`travelling`, `tree_bytes`,
+the call limit);
 git does the file work (`git ls-files`, `git checkout -- data`).
 """
 
@@ -30,7 +31,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # vllm_carry, and the checkout's eagle3lab (-P)
-from vllm_carry import CALL_LIMIT_MIB, travelling  # noqa: E402  (standard library)
+from vllm_carry import CALL_LIMIT_MIB, travelling, tree_bytes  # noqa: E402  (standard library)
 
 MIB = 1 << 20
 STUDY = "data/studies/h200-grok"
@@ -104,7 +105,7 @@ def stash(root: Path, *, limit_mib: float) -> list[str]:
         raise CarryError(f"no chunk folders under {CHUNKS}: make them first "
                          "(bench/vllm_carry.py pack --work .vllm/study ...)")
     removed = _remove(root, _files(root, "--cached", "--", "data"))
-    tree = sum(travelling(root).values())
+    tree = tree_bytes(root)
     lines = [f"stash: {removed} tracked file(s) under data/ taken out; the tree left is "
              f"{tree / MIB:.1f} MiB"]
     for chunk in chunks:
@@ -166,7 +167,7 @@ def launch(root: Path, *, limit_mib: float) -> list[str]:
 def back(root: Path) -> list[str]:
     _no_edits(root)
     _git(root, "checkout", "--", "data")
-    return [f"back: data/ as committed ({sum(travelling(root).values()) / MIB:.1f} MiB "
+    return [f"back: data/ as committed ({tree_bytes(root) / MIB:.1f} MiB "
             "would travel now)"]
 
 

@@ -335,7 +335,7 @@ def stage_plan(args) -> int:
 def stage_train(args) -> int:
     import shutil
 
-    from eagle3lab.study.atscale import live_complete, live_points, read_study
+    from eagle3lab.study.atscale import live_complete, read_study, run_live_points
     from eagle3lab.train import SIGTERM_EXIT
     from eagle3lab.train.checkpoints import is_finished
 
@@ -398,9 +398,10 @@ def stage_train(args) -> int:
     # step (inductor's disk cache is then warm), it has exited, or the wait is over
     warming: tuple[str, Path, int, float] | None = None
 
-    def live(name: str, early: bool) -> None:
-        """Start NAME's live decode in its own process (early: the points its checkpoints
-        have settled so far, while it trains)."""
+    def live(name: str, settled: int | None = None) -> None:
+        """Start NAME's live decode in its own process; `settled` (an early decode, while
+        it trains): how many points its checkpoints have settled so far."""
+        early = settled is not None
         f = open(logs / f"live-{name}.log", "a")
         code = ("import sys; from eagle3lab.study.atscale import measure_live; "
                 f"measure_live({str(study_dir)!r}, {name!r}, device={args.device!r}, "
@@ -408,8 +409,7 @@ def stage_train(args) -> int:
         living[name] = (subprocess.Popen([sys.executable, "-c", code], stdout=f,
                                          stderr=subprocess.STDOUT, cwd=ROOT,
                                          **OWN_GROUP), f, early)
-        log(f"live {name}" + (f" (early: {early_done[name]} point(s) settled)"
-                              if early else ""))
+        log(f"live {name}" + (f" (early: {settled} point(s) settled)" if early else ""))
 
     started = False
     while queue or running or to_live or living:
@@ -466,20 +466,18 @@ def stage_train(args) -> int:
             if name is None:  # none waiting, or its early decode still runs
                 break
             to_live.remove(name)
-            live(name, early=False)
+            live(name)
         if args.live_early and time.time() >= early_check:
             early_check = time.time() + args.live_early_every  # reads the checkpoints
-            cfg = study["config"]
             for name in running:
                 if len(living) >= args.live_jobs or deadline.left() <= 60:
                     break
-                a = by_name[name]
-                n = len(live_points(a["train"]["out"], fractions=cfg["live_points"],
-                                    tokens_per_run=a.get("tokens_per_run")
-                                    or cfg["tokens_per_run"], reached_only=True))
-                if name not in living and n > early_done.get(name, 0):
+                if name in living:
+                    continue
+                n = len(run_live_points(study_dir, study, name, reached_only=True))
+                if n > early_done.get(name, 0):
                     early_done[name] = n
-                    live(name, early=True)
+                    live(name, settled=n)
         for name, (p, f, early) in list(living.items()):
             if p.poll() is None:
                 continue

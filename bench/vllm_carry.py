@@ -143,9 +143,9 @@ def travelling(root: Path = ROOT) -> dict[str, int]:
     return sizes
 
 
-def tree_bytes() -> int:
+def tree_bytes(root: Path = ROOT) -> int:
     """What every device call sends anyway, in bytes (`travelling`)."""
-    return sum(travelling().values())
+    return sum(travelling(root).values())
 
 
 def default_budget_mib() -> float:

@@ -108,22 +108,29 @@ def _untar(parts: list[Path], dest: Path) -> Path:
     return dest
 
 
+def _tiny_config(tmp_path, prompts, **over) -> Path:
+    """A tiny study's config (tiny_study_answers' gen/ files, one weight decay and seed,
+    CPU-sized live decodes), with `over`'s keys; written to tmp_path/config.json."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({
+        "target": "set by --target", "greedy": ["gen/greedy-0.jsonl"],
+        "eval_conversations": "gen/eval.jsonl", "weight_decays": [0.01], "seeds": [0],
+        "regen_tokens": None, "evals_per_run": 4, "live_settings": ["2,1,3"],
+        "live_prompts": str(prompts), "live_limit": 2, "live_max_new_tokens": 6,
+        "live_dtype": "float32", "live_batch_size": 2,
+        "train": {"max_tokens_per_batch": 64, "ttt_steps": 2, "draft_vocab_size": 128,
+                  "warmup_steps": 0}, **over}))
+    return cfg
+
+
 @pytest.mark.slow
 @pytest.mark.full
 def test_plan_train_collect(tmp_path, tiny_target_dir):
     w = tmp_path / "w"
     prompts = tiny_study_answers(w / "gen", tiny_target_dir, {
         "greedy-0": {}, "sampled": {"temperature": 0.8, "limit": 6}, "eval": {"limit": 3}})
-    cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({
-        "target": "set by --target", "greedy": ["gen/greedy-0.jsonl"],
-        "sampled": ["gen/sampled.jsonl"], "eval_conversations": "gen/eval.jsonl",
-        "data_tokens": [30, 0], "weight_decays": [0.01], "seeds": [0], "tokens_per_run": 600,
-        "regen_tokens": None, "evals_per_run": 4, "live_settings": ["2,1,3"],
-        "live_prompts": str(prompts), "live_limit": 2, "live_max_new_tokens": 6,
-        "live_dtype": "float32", "live_batch_size": 2,
-        "train": {"max_tokens_per_batch": 64, "ttt_steps": 2, "draft_vocab_size": 128,
-                  "warmup_steps": 0}}))
+    cfg = _tiny_config(tmp_path, prompts, sampled=["gen/sampled.jsonl"], data_tokens=[30, 0],
+                       tokens_per_run=600)
     _run("plan", "--work", w, "--config", cfg, "--target", tiny_target_dir)
     study = json.loads((w / "study/study.json").read_text())
     assert [a["name"] for a in study["arms"]] == ["data-0.03k-wd0.01-s0",
@@ -239,15 +246,7 @@ def test_live_early_decodes_a_running_runs_points(tmp_path, tiny_target_dir):
     w = tmp_path / "w"
     prompts = tiny_study_answers(w / "gen", tiny_target_dir, {"greedy-0": {},
                                                               "eval": {"limit": 3}})
-    cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({
-        "target": "set by --target", "greedy": ["gen/greedy-0.jsonl"], "sampled": [],
-        "eval_conversations": "gen/eval.jsonl", "data_tokens": [0], "weight_decays": [0.01],
-        "seeds": [0], "tokens_per_run": 30000, "regen_tokens": None, "evals_per_run": 4,
-        "live_settings": ["2,1,3"], "live_prompts": str(prompts), "live_limit": 2,
-        "live_max_new_tokens": 6, "live_dtype": "float32", "live_batch_size": 2,
-        "train": {"max_tokens_per_batch": 64, "ttt_steps": 2, "draft_vocab_size": 128,
-                  "warmup_steps": 0}}))
+    cfg = _tiny_config(tmp_path, prompts, sampled=[], data_tokens=[0], tokens_per_run=30000)
     _run("plan", "--work", w, "--config", cfg, "--target", tiny_target_dir)
     out = _run("train", "--work", w, "--device", "cpu", "--jobs", 1, "--live-jobs", 2,
                "--live-early", "--live-early-every", 1)

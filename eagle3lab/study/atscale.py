@@ -845,14 +845,21 @@ def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
     before the run ends still returns those rows, and the decode after it measures only
     the rest."""
     study = read_study(study_dir)
+    pts = run_live_points(study_dir, study, name, reached_only=early)
+    return _decode_live(Path(study_dir) / "runs" / name / "live.json", {"run": name}, pts,
+                        study["config"], target=target, device=device, progress=progress,
+                        finish=not early)
+
+
+def run_live_points(study_dir: str | os.PathLike, study: dict[str, Any], name: str, *,
+                    reached_only: bool = False) -> list[dict[str, Any]]:
+    """`live_points` of the planned run NAME (`study`: its study.json): the study's
+    fractions of the run's own token count (a long arm's, else the study's)."""
     cfg = study["config"]
-    run_dir = Path(study_dir) / "runs" / name
     arm = next((a for a in study["arms"] if a["name"] == name), None)
-    pts = live_points(run_dir, fractions=cfg["live_points"],
-                      tokens_per_run=(arm or {}).get("tokens_per_run")
-                      or cfg["tokens_per_run"], reached_only=early)
-    return _decode_live(run_dir / "live.json", {"run": name}, pts, cfg, target=target,
-                        device=device, progress=progress, finish=not early)
+    return live_points(Path(study_dir) / "runs" / name, fractions=cfg["live_points"],
+                       tokens_per_run=(arm or {}).get("tokens_per_run")
+                       or cfg["tokens_per_run"], reached_only=reached_only)
 
 
 def measure_reference(study_dir: str | os.PathLike, *, drafter: str | os.PathLike,

@@ -658,7 +658,23 @@ def _tok(n) -> str:
     return f"{_short(float(n))} unique answer tokens"
 
 
-def _grokking(results: AtScaleResults) -> tuple[str, dict[str, Any]]:
+def _tau_across(results: AtScaleResults, run: str, at: float, setting: str):
+    """Live tau at `setting` at the run's last live point at or before `at` tokens and at its
+    last point: (before, after), or None where the run has no such pair."""
+    lv = results.live
+    if not len(lv):
+        return None
+    rows = lv[(lv["run"] == run) & (lv["setting"] == setting)].sort_values("tokens")
+    early, last = rows[rows["tokens"] <= at], rows.tail(1)
+    if not len(early) or not len(last) or early.iloc[-1]["tokens"] >= last.iloc[0]["tokens"]:
+        return None
+    return float(early.iloc[-1]["tau"]), float(last.iloc[0]["tau"])
+
+
+def _grokking(results: AtScaleResults, setting: str = MAIN_SETTING) -> tuple[str, dict[str, Any]]:
+    """Late drops in eval loss, each with the live tau across it (the last live point before
+    the drop against the end): an eval-loss drop that live tau does not follow is not the
+    grokking a drafter is trained for."""
     p = results.plateaus
     p = p[p["status"] == "done"] if len(p) else p
     if not len(p):
@@ -667,15 +683,28 @@ def _grokking(results: AtScaleResults) -> tuple[str, dict[str, Any]]:
     late = judged[judged["late_drop"].astype(bool)]
     never = len(p) - len(judged)
     tail = f" ({never} never plateaued)" if never else ""
+    numbers: dict[str, Any] = {"late_drops": len(late), "plateaued_runs": len(judged)}
     if len(late):
-        where = ", ".join(f"{r['run']} ({r['drop_relative']:.1%} below its plateau at "
-                          f"{r['drop_fraction']:.0%} of the run)" for _, r in late.iterrows())
+        where, gains = [], []
+        for _, r in late.iterrows():
+            across = _tau_across(results, r["run"], float(r["drop_at"]), setting)
+            live = ""
+            if across is not None:
+                gains.append(across[1] - across[0])
+                live = f"; live tau {across[0]:.3f} before it, {across[1]:.3f} at the end"
+            where.append(f"{r['run']} ({r['drop_relative']:.1%} below its plateau at "
+                         f"{r['drop_fraction']:.0%} of the run{live})")
         text = f"a late drop in eval loss (grokking?) in {len(late)} of {len(judged)} " \
-               f"plateaued runs: {where}{tail}"
+               f"plateaued runs: {', '.join(where)}{tail}"
+        if gains:
+            text += (f"; across those drops live tau at {setting} moved {min(gains):+.3f} to "
+                     f"{max(gains):+.3f} ({len(gains)} run(s) with a live point before the "
+                     f"drop)")
+            numbers["late_drop_tau_gain_max"] = max(gains)
     else:
         text = (f"no late drop (grokking) in any of the {len(judged)} runs whose eval loss "
                 f"plateaued{tail}") if len(judged) else f"no run's eval loss plateaued{tail}"
-    return text, {"late_drops": len(late), "plateaued_runs": len(judged)}
+    return text, numbers
 
 
 def _arms_sentence(title: str, rows: list[tuple[str, Any]], metric: str) -> str:
@@ -698,7 +727,7 @@ def verdict(results: AtScaleResults, *, setting: str = MAIN_SETTING,
     check, where those arms finished. Numbers beside them for the report."""
     table = equal_compute_table(results)
     primary = _primary(results, setting)
-    grok, grok_numbers = _grokking(results)
+    grok, grok_numbers = _grokking(results, measured_setting(results, setting) or setting)
     core = _core(table, results, weight_decay)
     core = core[core[primary].notna()] if primary in core else core.iloc[0:0]
     out: dict[str, Any] = {"metric": _metric_name(primary), **grok_numbers}
@@ -1422,6 +1451,7 @@ def data_by_training(results: AtScaleResults, *, recipe: str = "speculators",
 
     Returns {"rows": [{training, more, less, tau_more, tau_less, gain, seeds_more,
     seeds_less}], "setting", "recipe", "text", "numbers" (keys prefixed datagain_RECIPE_)};
+    every gain within the largest seed spread: the text says there is no data gain beyond it;
     fewer than two such lengths: no rows, and the text says why."""
     setting = measured_setting(results, setting) or setting
     fin = final_values(results)
@@ -1458,7 +1488,9 @@ def data_by_training(results: AtScaleResults, *, recipe: str = "speculators",
         f"{r['tau_less']:.3f} ({r['gain']:+.3f}; seeds {r['seeds_more']} / {r['seeds_less']})"
         for r in out)
     first, last = out[0]["gain"], out[-1]["gain"]
-    if first > 0 and last > first:
+    if spread is not None and all(abs(r["gain"]) <= spread for r in out):
+        trend = "No data gain beyond the seed spread at any training length"
+    elif first > 0 and last > first:
         trend = (f"The data gain grows with training: x{last / first:.1f} from "
                  f"{_short(out[0]['training'])} to {_short(out[-1]['training'])}")
     elif last < first:
@@ -1493,6 +1525,7 @@ def summary_numbers(results: AtScaleResults, *, setting: str = MAIN_SETTING,
             "atscale_runs_planned": len(results.arms),
             "atscale_verdict": v["text"], "atscale_decisive": v.get("decisive"),
             "atscale_late_drops": v.get("late_drops"),
+            "atscale_late_drop_tau_gain_max": v.get("late_drop_tau_gain_max"),
             "atscale_reference_tau": against_reference(results, setting=setting)[
                 "reference_tau"],
             **{f"atscale_{k}": val for plan in plans for k, val in plan["numbers"].items()}}

@@ -897,11 +897,26 @@ def test_data_gain_at_each_training_length_on_the_committed_study():
     assert gain["numbers"]["datagain_speculators_gain"] == pytest.approx([g16, g64])
     assert summary_numbers(res)["atscale_datagain_speculators_gain"] == pytest.approx(
         [g16, g64])
+    # our recipe: 18.3M vs 6M at 16M (two seeds each) and at 32M (session 17, one seed):
+    # no gain beyond the seed spread at either length
     ours = data_by_training(res, recipe="eagle3lab")
-    assert ours["rows"] == [] and ours["numbers"] == {}
-    assert ours["text"] == ("Data at each training length (our recipe): 0 training length(s) "
-                            "with two data sizes measured at both, live tau at 5,1,6, weight "
-                            "decay 0.01; it needs at least two.")
+    o_six16 = [fin["data-6M-wd0.01-s0"], fin["data-6M-wd0.01-s1"]]
+    o_all16 = [fin["data-all-wd0.01-s0"], fin["data-all-wd0.01-s1"]]
+    o_want = [(16e6, sum(o_all16) / 2, sum(o_six16) / 2, 2, 2),
+              (32e6, fin["long-all-32M-wd0.01-s0"], fin["long-6M-32M-wd0.01-s0"], 1, 1)]
+    assert [(r["training"], r["seeds_more"], r["seeds_less"]) for r in ours["rows"]] == [
+        (t, a, b) for t, _, _, a, b in o_want]
+    for r, (_, more, less, _, _) in zip(ours["rows"], o_want):
+        assert r["gain"] == pytest.approx(more - less)
+    o_spread = max(max(c) - min(c) for c in (o_six16, o_all16))
+    assert all(abs(r["gain"]) <= o_spread for r in ours["rows"])
+    assert ours["text"].startswith("Data at each training length, our recipe (live tau at "
+                                   "5,1,6, weight decay 0.01), 18.3M vs 6M unique answer "
+                                   "tokens: at 16M tokens of training ")
+    assert ours["text"].endswith("No data gain beyond the seed spread at any training length "
+                                 f"(the largest seed spread of any cell: {o_spread:.3f}).")
+    assert ours["numbers"]["datagain_eagle3lab_gain"] == pytest.approx(
+        [r["gain"] for r in ours["rows"]])
 
 
 def test_three_point_ceiling_recovers_a_saturating_curve():
@@ -918,6 +933,29 @@ def test_three_point_ceiling_recovers_a_saturating_curve():
         assert got["b"] == pytest.approx(0.5, abs=1e-6)
     assert three_point_ceiling([1, 2, 4], [1.0, 1.1, 1.2]) is None  # straight in log x
     assert three_point_ceiling([1, 2, 4], [1.0, 1.1, 1.05]) is None  # a fall
+
+
+def test_late_drops_on_the_committed_study_carry_live_tau_across_them():
+    """Session 17's constant-rate runs (0.1M and 0.4M unique tokens to 48M tokens): eval loss
+    drops late, and the verdict gives live tau before each drop and at the end, read from
+    the runs' own live points."""
+    res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
+    v = verdict(res)
+    lv, p = res.live, res.plateaus.set_index("run")
+    gains = []
+    for run in ("long-100k-48M-wd0.01-s0", "long-100k-48M-wd0.1-s0",
+                "long-400k-48M-wd0.01-s0", "long-400k-48M-wd0.1-s0"):
+        assert bool(p.loc[run, "late_drop"])
+        rows = lv[(lv["run"] == run) & (lv["setting"] == "5,1,6")].sort_values("tokens")
+        before = rows[rows["tokens"] <= p.loc[run, "drop_at"]].iloc[-1]["tau"]
+        end = rows.iloc[-1]["tau"]
+        assert abs(end - before) < 0.05  # the drop barely reaches live tau
+        assert f"{run} (" in v["text"]
+        assert f"live tau {before:.3f} before it, {end:.3f} at the end" in v["text"]
+        gains.append(end - before)
+    assert "across those drops live tau at 5,1,6 moved " in v["text"]
+    assert v["late_drop_tau_gain_max"] >= max(gains)
+    assert summary_numbers(res)["atscale_late_drop_tau_gain_max"] == v["late_drop_tau_gain_max"]
 
 
 def test_regeneration_verdict_on_the_committed_study_has_two_seeds():

@@ -49,7 +49,7 @@ from eagle3lab.specdec.stats import AcceptStats
 from eagle3lab.study.atscale import OUR_RECIPE, REFERENCES, parse_setting, read_study
 from eagle3lab.study.curves import last_values
 from eagle3lab.study.gap import _short
-from eagle3lab.study.plateau import detect_plateau
+from eagle3lab.study.plateau import detect_plateau, plateau_of_arrays
 from eagle3lab.train.counts import read_metrics
 
 #: The columns every per-run frame starts with (the arm's description).
@@ -134,14 +134,16 @@ def plateau_check(df, metric: str = "eval_loss_mean", *, x: str = "tokens", wind
     d = df[[x, metric]].dropna().reset_index(drop=True) if metric in df.columns else df.iloc[0:0]
     n = len(d)
     full = detect_plateau(d, metric, x=x, window=window, threshold=threshold) if n else None
-    sign = 1.0 if (full.mode if full else "min") == "min" else -1.0
+    mode = full.mode if full else "min"
+    sign = 1.0 if mode == "min" else -1.0
+    ys, xs = d[metric].to_numpy(dtype=float), d[x].to_numpy(dtype=float)
     first = None
     for e in range(window + 1, n + 1):
-        p = detect_plateau(d.iloc[:e], metric, x=x, window=window, threshold=threshold)
+        p = plateau_of_arrays(xs[:e], ys[:e], metric=metric, x=x, window=window,
+                              threshold=threshold, mode=mode)
         if p.plateaued:
             first, called = p, e - 1
             break
-    ys, xs = d[metric].to_numpy(dtype=float), d[x].to_numpy(dtype=float)
     last_x = float(xs[-1]) if n else None
     common = dict(metric=metric, x=x, points=n, last_x=last_x,
                   plateaued=bool(full and full.plateaued),

@@ -71,6 +71,17 @@ def detect_plateau(data: Any, metric: str | None = None, *, x: str = "tokens",
         ys = d[metric].to_numpy(dtype=float)
         xs = d[x].to_numpy(dtype=float) if x in d.columns else np.arange(len(ys), dtype=float)
     mode = _mode_for(metric) if mode == "auto" else mode
+    return plateau_of_arrays(xs, ys, metric=metric, x=x, window=window, threshold=threshold,
+                             smooth=smooth, mode=mode)
+
+
+def plateau_of_arrays(xs: Any, ys: Any, *, metric: str, x: str, window: int = 3,
+                      threshold: float = 0.01, smooth: int = 1,
+                      mode: Literal["min", "max"] = "min") -> Plateau:
+    """detect_plateau's rule on float arrays (no missing values): for callers judging many
+    prefixes of one curve without a DataFrame per call."""
+    import numpy as np
+
     sign = 1.0 if mode == "min" else -1.0
     if smooth > 1:
         ys_s = np.array([ys[max(0, i - smooth + 1):i + 1].mean() for i in range(len(ys))])

@@ -754,7 +754,14 @@ def test_long_sentence_names_a_recipe_other_than_ours():
     assert "0 of 2 long run(s)" in text
 
 
-def test_planner_names_what_its_ceiling_is_not_a_ceiling_of():
+@pytest.fixture(scope="module")
+def committed():
+    """The committed study (data/studies/h200-grok) read once for the tests that only read
+    it; each test leaves it as it found it."""
+    return load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
+
+
+def test_planner_names_what_its_ceiling_is_not_a_ceiling_of(committed):
     """On the committed H200 study: our recipe's data arms at 16M tokens fit a ceiling near
     2.0, and the planner says which final drafters went past it (speculators' recipe on the
     whole pool at 64M tokens, on 6M tokens at 64M, on the whole pool at 32M, then at equal
@@ -762,7 +769,7 @@ def test_planner_names_what_its_ceiling_is_not_a_ceiling_of():
     reads the ceiling as the target's."""
     import re
 
-    res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
+    res = committed
     plan = plan_budget(res)
     ceiling = plan["fit"].ceiling
     fin = final_values(res).set_index("run")["tau@5,1,6"]
@@ -790,7 +797,7 @@ def test_planner_names_what_its_ceiling_is_not_a_ceiling_of():
     assert "data-" not in tail
 
 
-def test_compute_planner_answers_train_longer_on_the_committed_study():
+def test_compute_planner_answers_train_longer_on_the_committed_study(committed):
     """On the committed H200 study: the speculators recipe on the whole pool (18.3M unique
     answer tokens, weight decay 0.01) at 16M, 32M and 64M tokens of training. Three lengths:
     a log-linear (optimistic) fit, so the text gives the measured gains per doubling (each
@@ -799,7 +806,7 @@ def test_compute_planner_answers_train_longer_on_the_committed_study():
     the longest run, in tokens of training, not the data planner's unique answer tokens."""
     from eagle3lab.study.atscale_read import compute_recipes, plan_compute, three_point_ceiling
 
-    res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
+    res = committed
     fin = final_values(res).set_index("run")["tau@5,1,6"]
     seeds16 = [fin["recipe-speculators-all-s0"], fin["recipe-speculators-all-s1"]]
     taus = [sum(seeds16) / 2, fin["long-speculators-all-32M-wd0.01-s0"],
@@ -860,7 +867,7 @@ def test_compute_planner_answers_train_longer_on_the_committed_study():
                            "weight decay 0.01; it needs at least two.")
 
 
-def test_data_gain_at_each_training_length_on_the_committed_study():
+def test_data_gain_at_each_training_length_on_the_committed_study(committed):
     """On the committed H200 study: speculators' recipe on 6M and on the whole pool (18.3M
     unique answer tokens), each at 16M and 64M tokens of training. More data gains little at
     the study's equal compute and about three times as much at 64M; the 1.6M arms (one
@@ -869,7 +876,7 @@ def test_data_gain_at_each_training_length_on_the_committed_study():
     why."""
     from eagle3lab.study.atscale_read import data_by_training
 
-    res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
+    res = committed
     fin = final_values(res).set_index("run")["tau@5,1,6"]
     gain = data_by_training(res)
     six16 = [fin["recipe-speculators-6M-s0"], fin["recipe-speculators-6M-s1"]]
@@ -935,11 +942,11 @@ def test_three_point_ceiling_recovers_a_saturating_curve():
     assert three_point_ceiling([1, 2, 4], [1.0, 1.1, 1.05]) is None  # a fall
 
 
-def test_late_drops_on_the_committed_study_carry_live_tau_across_them():
+def test_late_drops_on_the_committed_study_carry_live_tau_across_them(committed):
     """Session 17's constant-rate runs (0.1M and 0.4M unique tokens to 48M tokens): eval loss
     drops late, and the verdict gives live tau before each drop and at the end, read from
     the runs' own live points."""
-    res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
+    res = committed
     v = verdict(res)
     lv, p = res.live, res.plateaus.set_index("run")
     gains = []
@@ -958,12 +965,12 @@ def test_late_drops_on_the_committed_study_carry_live_tau_across_them():
     assert summary_numbers(res)["atscale_late_drop_tau_gain_max"] == v["late_drop_tau_gain_max"]
 
 
-def test_regeneration_verdict_on_the_committed_study_has_two_seeds():
+def test_regeneration_verdict_on_the_committed_study_has_two_seeds(committed):
     """On the committed H200 study: the three regeneration arms at 1.6M unique answer tokens
     have two seeds each (seed 1 came back on an H100, 2026-12-06), so the regeneration
     sentence names greedy best by a gap beyond the measured seed spread, from the means of
     the runs' own live counts."""
-    res = load_results(Path(__file__).resolve().parents[2] / "data/studies/h200-grok")
+    res = committed
     fin = final_values(res).set_index("run")["tau@5,1,6"]
     mean = {p: (fin[f"regen-{p}-1.6M-s0"] + fin[f"regen-{p}-1.6M-s1"]) / 2
             for p in ("greedy", "sampled", "both")}

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from eagle3lab.study.plateau import detect_plateau
+from eagle3lab.study.plateau import detect_plateau, plateau_of_arrays
 
 
 def test_exponential_decay_plateaus_where_the_algebra_says():
@@ -22,6 +22,21 @@ def test_exponential_decay_plateaus_where_the_algebra_says():
     assert p.plateaued and p.start == math.ceil(x_star) == 51
     assert p.level == pytest.approx(y[51:].mean())
     assert "plateaued at index=51" in p.describe()
+
+
+def test_the_array_rule_is_the_frame_rule_on_every_prefix():
+    """plateau_of_arrays (what the at-scale reader calls per prefix) gives detect_plateau's
+    answer on a frame of the same curve, tokens as x, at every prefix length."""
+    x = np.arange(60) * 1e5
+    y = 1 + 4 * np.exp(-np.arange(60) / 10)
+    df = pd.DataFrame({"tokens": x, "eval_loss_mean": y})
+    called = 0
+    for e in range(1, 61):
+        a = plateau_of_arrays(x[:e], y[:e], metric="eval_loss_mean", x="tokens", window=5,
+                              threshold=0.01, mode="min")
+        assert a == detect_plateau(df.iloc[:e], "eval_loss_mean", window=5, threshold=0.01)
+        called += a.plateaued
+    assert called > 0  # the curve plateaus inside the prefixes judged
 
 
 def test_a_steady_decline_never_plateaus():

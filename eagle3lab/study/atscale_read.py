@@ -724,7 +724,8 @@ def verdict(results: AtScaleResults, *, setting: str = MAIN_SETTING,
     """The study's answer computed from the numbers. `text`: one sentence: at equal compute,
     did the largest data arm beat the smallest (longer training on less data), on live tau
     at `setting` (else eval loss) and on eval loss, with the gap against the seed spread,
-    and whether any finished run's eval loss dropped late. `sentences`: the same, then
+    and whether any finished run's eval loss dropped late, with live tau before each drop and
+    at the end (`late_drop_tau_gain_max`: the largest move). `sentences`: the same, then
     weight decay, regeneration (greedy vs sampled vs both), recipe, and the 4x-past-plateau
     check, where those arms finished. Numbers beside them for the report."""
     table = equal_compute_table(results)

@@ -661,16 +661,17 @@ def _tok(n) -> str:
 
 
 def _tau_across(results: AtScaleResults, run: str, at: float, setting: str):
-    """Live tau at `setting` at the run's last live point at or before `at` tokens and at its
-    last point: (before, after), or None where the run has no such pair."""
+    """Live tau at `setting` at the run's last checkpoint point at or before `at` tokens and
+    at its final drafter: (before, after), or None where the run has no such pair."""
     lv = results.live
     if not len(lv):
         return None
-    rows = lv[(lv["run"] == run) & (lv["setting"] == setting)].sort_values("tokens")
-    early, last = rows[rows["tokens"] <= at], rows.tail(1)
-    if not len(early) or not len(last) or early.iloc[-1]["tokens"] >= last.iloc[0]["tokens"]:
+    rows = lv[(lv["run"] == run) & (lv["setting"] == setting)]
+    end = rows[rows["final"]]
+    early = rows[~rows["final"] & (rows["tokens"] <= at)].sort_values("tokens")
+    if not len(early) or not len(end):
         return None
-    return float(early.iloc[-1]["tau"]), float(last.iloc[0]["tau"])
+    return float(early.iloc[-1]["tau"]), float(end.iloc[0]["tau"])
 
 
 def _grokking(results: AtScaleResults, setting: str = MAIN_SETTING) -> tuple[str, dict[str, Any]]:

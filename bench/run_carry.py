@@ -42,8 +42,9 @@ sys.path.insert(0, str(ROOT))  # the checkout (-P)
 
 FORMAT = "eagle3lab-run-carry"
 MANIFEST = "eagle3lab-run-carry.json"
-#: the files of a run's folder that travel with its checkpoint
-RUN_FILES = ("run.json", "metrics.jsonl")
+#: the files of a run's folder that travel with its checkpoint (live.json: the live points
+#: decoded while it trained, whose checkpoints stay behind)
+RUN_FILES = ("run.json", "metrics.jsonl", "live.json")
 STAGE = "run-carry"  # WORK/run-carry: the packed parts and what was returned of them
 
 

@@ -128,6 +128,14 @@ def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_
     assert json.loads((run / "run.json").read_text())["status"] == "stopped"
     assert step < arm["train"]["max_tokens"] / 64  # well before the run's end
 
+    # the points its checkpoints settled, decoded live while it trained (--live-early):
+    # live.json travels with the checkpoint, so the next machine does not lose them
+    from eagle3lab.study.atscale import measure_live
+
+    measure_live(w / "study", RUN, target=tiny_target_dir, device="cpu", early=True)
+    early = json.loads((run / "live.json").read_text())
+    assert early["complete"] is False and early["rows"]
+
     # out: packed once; returned over calls of at most --max-mib, each naming what is left
     said = _carry("out", "--work", w, "--dest", tmp_path / "probe",
                   "--max-mib", 0)
@@ -161,6 +169,7 @@ def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_
     said = _carry("in", "--work", w, *returned)
     assert f"{RUN}: step-{step}" in said and "`train` resumes it there" in said
     assert [c.name for c in list_checkpoints(run)] == [f"step-{step}"]
+    assert json.loads((run / "live.json").read_text()) == early
     again = _carry("in", "--work", w, *returned, ok=False)
     assert f"step-{step} is here already (as new or newer)" in again
     _train(w, resume=True)

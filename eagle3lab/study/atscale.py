@@ -854,12 +854,25 @@ def measure_live(study_dir: str | os.PathLike, name: str, *, target: Any = None,
 def run_live_points(study_dir: str | os.PathLike, study: dict[str, Any], name: str, *,
                     reached_only: bool = False) -> list[dict[str, Any]]:
     """`live_points` of the planned run NAME (`study`: its study.json): the study's
-    fractions of the run's own token count (a long arm's, else the study's)."""
+    fractions of the run's own token count (a long arm's, else the study's). A point
+    below the end already measured in the run's live.json from a checkpoint this machine
+    does not have (a run carried from another machine by bench/run_carry.py, which takes
+    only the newest checkpoint and live.json along) stays that measured point, instead
+    of the nearest checkpoint here."""
     cfg = study["config"]
     arm = next((a for a in study["arms"] if a["name"] == name), None)
-    return live_points(Path(study_dir) / "runs" / name, fractions=cfg["live_points"],
-                       tokens_per_run=(arm or {}).get("tokens_per_run")
-                       or cfg["tokens_per_run"], reached_only=reached_only)
+    run_dir = Path(study_dir) / "runs" / name
+    gone: dict[float, dict[str, Any]] = {}
+    if (run_dir / "live.json").is_file():
+        old = read_json_object(run_dir / "live.json", what="live tau file",
+                               fix="Delete it: the next call decodes the run again.")
+        gone = {r["fraction"]: {k: r[k] for k in ("fraction", "step", "tokens", "path")}
+                for r in old.get("rows") or []
+                if (r.get("fraction") or 1.0) < 1 and not Path(r["path"]).exists()}
+    pts = live_points(run_dir, fractions=[f for f in cfg["live_points"] if f not in gone],
+                      tokens_per_run=(arm or {}).get("tokens_per_run")
+                      or cfg["tokens_per_run"], reached_only=reached_only)
+    return sorted(pts + list(gone.values()), key=lambda p: p["fraction"])
 
 
 def measure_reference(study_dir: str | os.PathLike, *, drafter: str | os.PathLike,

@@ -9,6 +9,7 @@ import pytest
 
 from eagle3lab.errors import UserError
 from eagle3lab.study.atscale import (AtScaleConfig, build_pool, live_points, parse_setting,
+                                    run_live_points,
                                      plan_arms, prepare_study, train_kwargs, write_prefix)
 
 
@@ -153,6 +154,35 @@ def test_setting_and_live_points(tmp_path):
     assert [(p["fraction"], p["step"]) for p in early] == [(0.125, 10), (0.25, 20)]
     assert live_points(tmp_path / "none", fractions=[0.5, 1.0], tokens_per_run=8000,
                        reached_only=True) == []
+
+
+def test_live_points_measured_on_another_machine_stay(tmp_path):
+    """A run carried to a fresh machine (bench/run_carry.py: its newest checkpoint and
+    live.json) keeps the points decoded before the carry, whose checkpoints stayed behind;
+    the points not measured yet come from the checkpoints here."""
+    study_dir = tmp_path / "study"
+    run = study_dir / "runs" / "r"
+    for step, tokens in ((30, 3000), (35, 3500)):  # the carried one, then one trained here
+        d = run / "checkpoints" / f"step-{step}"
+        d.mkdir(parents=True)
+        (d / "config.json").write_text("{}")
+        (d / "checkpoint.json").write_text(json.dumps({"step": step, "tokens": tokens}))
+    study = {"config": {"live_points": [0.125, 0.25, 0.5, 1.0], "tokens_per_run": 8000},
+             "arms": [{"name": "r"}]}
+    here = [(p["fraction"], p["step"]) for p in run_live_points(study_dir, study, "r")]
+    assert here == [(0.125, 30), (0.5, 35)]  # nearest here (0.25's is 0.125's: once)
+    old = run / "checkpoints" / "step-10"  # decoded on the first machine, not carried
+    (run / "live.json").write_text(json.dumps({"complete": False, "rows": [
+        {"fraction": 0.125, "step": 10, "tokens": 1000, "path": str(old), "tau": 1.5},
+        {"fraction": 0.25, "step": 30, "tokens": 3000, "tau": 1.6,
+         "path": str(run / "checkpoints" / "step-30")}]}))
+    pts = run_live_points(study_dir, study, "r")
+    assert [(p["fraction"], p["step"], p["tokens"]) for p in pts] == [
+        (0.125, 10, 1000), (0.25, 30, 3000), (0.5, 35, 3500)]
+    assert pts[0]["path"] == str(old)
+    # reached_only (the run still trains): the same measured point, and only settled ones
+    early = run_live_points(study_dir, study, "r", reached_only=True)
+    assert [(p["fraction"], p["step"]) for p in early] == [(0.125, 10), (0.25, 30)]
 
 
 def test_committed_config_plans_and_its_recipe_is_speculators():

@@ -7,9 +7,10 @@ session starts on a bare machine with 1,800 s of device time, and speculators' r
 128M tokens needs ~1,350 s of training alone (docs/study.md, session 10: stopped at 39.7M
 tokens, its work lost).
 
-`out` packs each unfinished run's newest complete checkpoint, its run.json and its
-metrics.jsonl into resume-RUN.tar.gz, cut into parts of at most --part-mib (the device
-returns files of at most 16 MiB, 64 MiB a call), kept in WORK/run-carry/. Each call copies
+`out` packs each unfinished run's newest complete checkpoint, its run.json, its
+metrics.jsonl and its live.json (the points decoded while it trained) into
+resume-RUN.tar.gz, cut into parts of at most --part-mib (the device returns files of at
+most 16 MiB, 64 MiB a call), kept in WORK/run-carry/. Each call copies
 the parts not yet returned to --dest, at most --max-mib of them, and says how many are
 left: a checkpoint with its fp32 optimizer (~80 MB for the study's drafter) comes back over
 two calls. `in`, on the next machine after `plan`, joins the parts and puts the checkpoint
@@ -168,9 +169,9 @@ def _groups(parts: list[Path]) -> dict[str, list[Path]]:
 
 
 def unpack(*, work: Path, parts: list[Path], log=print) -> list[dict]:
-    """Join each run's parts and put its checkpoint, run.json and metrics.jsonl into the
-    run's folder of this plan (WORK/study/study.json). [{"run", "step", "unpacked": bool,
-    "why"}]; a refusal (another plan's settings, a run not planned) is one line each."""
+    """Join each run's parts and put its checkpoint and RUN_FILES into the run's folder of
+    this plan (WORK/study/study.json). [{"run", "step", "unpacked": bool, "why"}]; a
+    refusal (another plan's settings, a run not planned) is one line each."""
     from eagle3lab.errors import UserError
     from eagle3lab.fsutil import atomic_dir, atomic_path, tar_of_parts
     from eagle3lab.train.checkpoints import is_finished, list_checkpoints

@@ -12,8 +12,8 @@ metrics.jsonl and its live.json (the points decoded while it trained) into
 resume-RUN.tar.gz, cut into parts of at most --part-mib (the device returns files of at
 most 16 MiB, 64 MiB a call), kept in WORK/run-carry/. Each call copies
 the parts not yet returned to --dest, at most --max-mib of them, and says how many are
-left: a checkpoint with its fp32 optimizer (~80 MB for the study's drafter) comes back over
-two calls. `in`, on the next machine after `plan`, joins the parts and puts the checkpoint
+left: a checkpoint with its fp32 optimizer comes back over several calls (the study's
+128M run: 145 MB, three calls; docs/study.md, session 18). `in`, on the next machine after `plan`, joins the parts and puts the checkpoint
 into the run's folder, so `train` resumes the run where it stopped. A manifest records the
 run, its step and tokens and the sha256 of its train settings; `in` refuses a checkpoint
 whose settings differ from this plan's, and keeps a checkpoint as new or newer already

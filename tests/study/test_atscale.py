@@ -9,8 +9,8 @@ import pytest
 
 from eagle3lab.errors import UserError
 from eagle3lab.study.atscale import (AtScaleConfig, build_pool, live_points, parse_setting,
-                                    run_live_points,
-                                     plan_arms, prepare_study, train_kwargs, write_prefix)
+                                     plan_arms, prepare_study, run_live_points, train_kwargs,
+                                     write_prefix)
 
 
 def _write(path, records):

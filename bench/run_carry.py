@@ -10,14 +10,15 @@ tokens, its work lost).
 `out` packs each unfinished run's newest complete checkpoint, its run.json, its
 metrics.jsonl and its live.json (the points decoded while it trained) into
 resume-RUN.tar.gz, cut into parts of at most --part-mib (the device returns files of at
-most 16 MiB, 64 MiB a call), kept in WORK/run-carry/. Each call copies
-the parts not yet returned to --dest, at most --max-mib of them, and says how many are
-left: a checkpoint with its fp32 optimizer comes back over several calls (the study's
-128M run: 145 MB, three calls; docs/study.md, session 18). `in`, on the next machine after `plan`, joins the parts and puts the checkpoint
-into the run's folder, so `train` resumes the run where it stopped. A manifest records the
-run, its step and tokens and the sha256 of its train settings; `in` refuses a checkpoint
-whose settings differ from this plan's, and keeps a checkpoint as new or newer already
-there. (The trainer checks again: `check_resume_settings`, the data's identity.)
+most 16 MiB, 64 MiB a call), kept in WORK/run-carry/. Each call copies the parts not yet
+returned to --dest, at most --max-mib of them, and says how many are left: a checkpoint
+with its fp32 optimizer comes back over several calls (the study's 128M run: 145 MB,
+three calls; docs/study.md, session 18). `in`, on the next machine after `plan`, joins
+the parts and puts the checkpoint into the run's folder, so `train` resumes the run where
+it stopped. A manifest records the run, its step and tokens and the sha256 of its train
+settings; `in` refuses a checkpoint whose settings differ from this plan's, and keeps a
+checkpoint as new or newer already there. (The trainer checks again:
+`check_resume_settings`, the data's identity.)
 
     python3 -P bench/run_carry.py out --work W --dest $OUT [--runs NAME,...] [--max-mib 60]
     python3 -P bench/run_carry.py in --work W PART [PART ...]
@@ -43,9 +44,6 @@ sys.path.insert(0, str(ROOT))  # the checkout (-P)
 
 FORMAT = "eagle3lab-run-carry"
 MANIFEST = "eagle3lab-run-carry.json"
-#: the files of a run's folder that travel with its checkpoint (live.json: the live points
-#: decoded while it trained, whose checkpoints stay behind)
-RUN_FILES = ("run.json", "metrics.jsonl", "live.json")
 STAGE = "run-carry"  # WORK/run-carry: the packed parts and what was returned of them
 
 
@@ -77,6 +75,9 @@ def pack(*, work: Path, runs: list[str] | None = None, part_bytes: int = 15 * 2*
     checkpoint). [{"run", "step", "tokens", "parts": [paths], "bytes"}]."""
     from eagle3lab.errors import UserError
     from eagle3lab.fsutil import write_parts
+    # the run's records travel with its checkpoint: those `collect` commits (live.json: the
+    # points decoded while it trained, whose checkpoints stay behind)
+    from eagle3lab.study.atscale import RUN_FILES
     from eagle3lab.train.checkpoints import is_finished, list_checkpoints, versions
 
     arms = _arms(work)
@@ -169,11 +170,13 @@ def _groups(parts: list[Path]) -> dict[str, list[Path]]:
 
 
 def unpack(*, work: Path, parts: list[Path], log=print) -> list[dict]:
-    """Join each run's parts and put its checkpoint and RUN_FILES into the run's folder of
-    this plan (WORK/study/study.json). [{"run", "step", "unpacked": bool, "why"}]; a
-    refusal (another plan's settings, a run not planned) is one line each."""
+    """Join each run's parts and put its checkpoint and its records (atscale.RUN_FILES)
+    into the run's folder of this plan (WORK/study/study.json). [{"run", "step",
+    "unpacked": bool, "why"}]; a refusal (another plan's settings, a run not planned) is
+    one line each."""
     from eagle3lab.errors import UserError
     from eagle3lab.fsutil import atomic_dir, atomic_path, tar_of_parts
+    from eagle3lab.study.atscale import RUN_FILES
     from eagle3lab.train.checkpoints import is_finished, list_checkpoints
 
     arms = _arms(work)

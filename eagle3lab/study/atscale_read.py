@@ -388,7 +388,11 @@ def against_reference(results: AtScaleResults, *, reference: str = "shipped",
     measured the same way (issue 28, part 4: a run replaces the shipped drafter only if it
     beats it on the held-out prompts). `setting` falls back as the verdict's does
     (`measured_setting`). Only finished runs count. Returns {"text", "setting",
-    "reference_tau", "best_run", "best_tau", "replaces"} (None where not measured)."""
+    "reference_tau", "best_run", "best_tau", "replaces", "best_arm", "best_arm_tau",
+    "best_arm_runs"} (None where not measured): the best arm is the one whose seeds' mean is
+    highest, `best_arm_runs` its runs' taus, so a best run ahead of its arm's other seed by
+    less than their spread is read as the arm's, not the run's (either seed may be the one
+    shipped: only a run the winner stage collected has its weights)."""
     setting = measured_setting(results, setting) or setting
     ref = results.references
     ref = ref[(ref["reference"] == reference) & (ref["setting"] == setting)]
@@ -396,7 +400,8 @@ def against_reference(results: AtScaleResults, *, reference: str = "shipped",
     finals = live[(live["setting"] == setting) & live["final"]
                   & live["run"].isin(results.done)] if len(live) else live
     out: dict[str, Any] = {"setting": setting, "reference_tau": None, "best_run": None,
-                           "best_tau": None, "replaces": None}
+                           "best_tau": None, "replaces": None, "best_arm": None,
+                           "best_arm_tau": None, "best_arm_runs": None}
     if not len(ref):
         out["text"] = (f"No reference drafter {reference!r} measured at {setting} "
                        f"(bench/study_gpu.py reference).")
@@ -409,9 +414,22 @@ def against_reference(results: AtScaleResults, *, reference: str = "shipped",
     best = finals.loc[finals["tau"].idxmax()]
     out.update(best_run=str(best["run"]), best_tau=float(best["tau"]),
                replaces=bool(best["tau"] > out["reference_tau"]))
+    arms = finals.assign(arm=finals["run"].map(arm_name)).groupby("arm", sort=False)["tau"]
+    arm = str(arms.mean().idxmax())
+    runs = finals[finals["run"].map(arm_name) == arm].sort_values("run")
+    out.update(best_arm=arm, best_arm_tau=float(runs["tau"].mean()),
+               best_arm_runs={str(r): float(t) for r, t in zip(runs["run"], runs["tau"])})
+    seeds = ""
+    if arm != arm_name(out["best_run"]):
+        seeds = (f" (the best arm by its seeds' mean is {arm}: {out['best_arm_tau']:.3f} "
+                 f"over {len(runs)})")
+    elif len(runs) > 1:
+        seeds = (f" (its arm's {len(runs)} seeds: "
+                 f"{', '.join(f'{t:.3f}' for t in runs['tau'])}; mean "
+                 f"{out['best_arm_tau']:.3f})")
     out["text"] = (f"The {reference} drafter: tau {out['reference_tau']:.3f} at {setting} "
                    f"(the runs' prompts, engine and dtype); the best run's final drafter, "
-                   f"{best['run']}: {best['tau']:.3f}, so it "
+                   f"{best['run']}: {best['tau']:.3f}{seeds}, so it "
                    + ("replaces it." if out["replaces"] else "does not replace it."))
     return out
 
@@ -1239,16 +1257,23 @@ def _above_ceiling(fin, results: AtScaleResults, setting: str, ceiling: float | 
                    recipe: str = "eagle3lab") -> str:
     """' Past that ceiling: ...' naming, among `final_values`' rows, the final drafters of
     other recipes, or of more compute, whose live tau at `setting` is above `recipe`'s
-    fitted ceiling, best first (at most four; '' when none is): what the ceiling is not a
-    ceiling of."""
+    fitted ceiling, best first, one per arm (its best seed, with how many it has) and at
+    most four ('' when none is): what the ceiling is not a ceiling of. Without the one per
+    arm, an arm's two seeds would take two of the four places."""
     col = f"tau@{setting}"
     if ceiling is None or col not in fin:
         return ""
     past = fin[((fin["recipe"] != recipe) | (fin["tokens"] > results.tokens_per_run))
-               & (fin[col] > ceiling)].sort_values(col, ascending=False).head(4)
-    parts = [f"{r['run']} {r[col]:.2f} ({r['recipe']} recipe, "
-             f"{_short(float(r['unique_tokens']))} unique answer tokens, "
-             f"{_short(float(r['tokens']))} tokens of training)" for _, r in past.iterrows()]
+               & (fin[col] > ceiling)].sort_values(col, ascending=False, kind="stable")
+    past = past[~past["run"].map(arm_name).duplicated()].head(4)
+    seeds = fin[fin[col].notna()]["run"].map(arm_name).value_counts()
+    parts = []
+    for _, r in past.iterrows():
+        n = int(seeds[arm_name(r["run"])])
+        parts.append(f"{r['run']} {r[col]:.2f} ({r['recipe']} recipe, "
+                     f"{_short(float(r['unique_tokens']))} unique answer tokens, "
+                     f"{_short(float(r['tokens']))} tokens of training"
+                     + (f"; best of {n} seeds" if n > 1 else "") + ")")
     return f" Past that ceiling: {'; '.join(parts)}." if parts else ""
 
 

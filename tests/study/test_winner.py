@@ -1,6 +1,6 @@
 """The study's best drafter is the shipped default (data/drafters/smollm2-135m-instruct,
-from data/studies/h200-grok's run long-speculators-all-64M-wd0.01-s0): intact, the run
-`against_reference` names as the one that beats the previous shipped drafter (now
+from data/studies/h200-grok's run long-speculators-all-64M-wd0.01-s0): intact, a seed of the
+arm `against_reference` names as the one that beats the previous shipped drafter (now
 data/drafters/smollm2-135m-instruct-sglang), its curve that run's, and passed by the
 doctor for the engine that serves it (vLLM), refused for SGLang with the codes its README
 gives."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from checksums import assert_checksums
 
-from eagle3lab.study.atscale_read import against_reference, load_results
+from eagle3lab.study.atscale_read import against_reference, arm_name, load_results
 from eagle3lab.workdir import default_drafter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,9 +25,13 @@ def test_the_shipped_drafter_is_intact_and_is_the_best_run():
     assert assert_checksums(SHIPPED) == {"config.json", "eagle3lab.json", "model.safetensors",
                                          "metrics.jsonl"}
     ref = against_reference(load_results(STUDY))
-    assert ref["replaces"] and ref["best_run"] == BEST
-    assert ref["best_run"] in (SHIPPED / "README.md").read_text()
-    assert ref["best_tau"] > ref["reference_tau"] + 0.2
+    # the best arm's seed 0: seed 1 (session 19) measured 0.003 more, within the two seeds'
+    # spread, and its weights did not travel (only a run collected as the winner's do)
+    assert ref["replaces"] and ref["best_arm"] == arm_name(BEST)
+    assert BEST in ref["best_arm_runs"] and len(ref["best_arm_runs"]) == 2
+    assert ref["best_run"] in ref["best_arm_runs"]
+    assert BEST in (SHIPPED / "README.md").read_text()
+    assert ref["best_arm_runs"][BEST] > ref["reference_tau"] + 0.2
     # its curve is the run's, and the run's recipe is what the drafter records
     run = STUDY / "runs" / BEST
     assert (SHIPPED / "metrics.jsonl").read_bytes() == (run / "metrics.jsonl").read_bytes()

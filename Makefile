@@ -68,7 +68,9 @@ device-wheels: $(STAMP)
 STUDY_DATA ?=
 study-carry: $(STAMP)
 	$(PY) -P bench/device_wheels.py download
-	$(PY) -P bench/vllm_carry.py pack --work .vllm/study --wheels .device-wheels --gguf default $(if $(STUDY_DATA),--data $(STUDY_DATA))
+	budget=$$($(PY) bench/study_carry.py budget) && $(PY) -P bench/vllm_carry.py pack \
+	    --work .vllm/study --wheels .device-wheels --gguf default --budget-mib $$budget \
+	    $(if $(STUDY_DATA),--data $(STUDY_DATA))
 	$(PY) -P bench/vllm_carry.py plan --work .vllm/study
 
 demo: target

@@ -14,6 +14,9 @@ session runs"):
                                           # (results come back without the finished
                                           # runs' metrics.jsonl: add only new runs)
     python3 bench/study_carry.py back     # afterwards: the whole checkout again
+    python3 bench/study_carry.py budget   # MiB a chunk may take beside the stash calls'
+                                          # tree, changing nothing (`make study-carry`
+                                          # cuts the chunks to it, data/ in or out)
 
 Each prints what would travel and exits 1 with one line when it would not. Standard
 library and bench/vllm_carry.py's reading of what travels (`travelling`, `tree_bytes`,
@@ -31,7 +34,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # vllm_carry, and the checkout's eagle3lab (-P)
-from vllm_carry import CALL_LIMIT_MIB, travelling, tree_bytes  # noqa: E402  (standard library)
+from vllm_carry import (CALL_LIMIT_MIB, MARGIN_MIB, travelling,  # noqa: E402  (standard library)
+                        tree_bytes)
 
 MIB = 1 << 20
 STUDY = "data/studies/h200-grok"
@@ -103,7 +107,7 @@ def stash(root: Path, *, limit_mib: float) -> list[str]:
     chunks = sorted(p for p in (root / CHUNKS).glob("*") if p.is_dir())
     if not chunks:
         raise CarryError(f"no chunk folders under {CHUNKS}: make them first "
-                         "(bench/vllm_carry.py pack --work .vllm/study ...)")
+                         "(make study-carry)")
     removed = _remove(root, _files(root, "--cached", "--", "data"))
     tree = tree_bytes(root)
     lines = [f"stash: {removed} tracked file(s) under data/ taken out; the tree left is "
@@ -117,6 +121,21 @@ def stash(root: Path, *, limit_mib: float) -> list[str]:
         lines.append(f"  call: python3 -P bench/vllm_device.py stash {rel}   carry "
                      f"[\"{rel}\"]  ({total / MIB:.1f} MiB)")
     return lines
+
+
+def budget(root: Path, *, limit_mib: float) -> list[str]:
+    """The MiB a chunk may take beside the tree the stash calls send (the checkout less
+    every tracked file under data/), less vllm_carry's margin; nothing changes. Cutting the
+    chunks to this, not to the whole checkout (124 MiB with data/), lets `make
+    study-carry` run in a fresh checkout (session 19: it refused, its budget negative)."""
+    data = set(_files(root, "--cached", "--", "data"))
+    tree = {rel: size for rel, size in travelling(root).items() if rel not in data}
+    mib = limit_mib - sum(tree.values()) / MIB - MARGIN_MIB
+    if mib < 1:
+        raise CarryError(f"the stash calls' tree is {sum(tree.values()) / MIB:.1f} MiB: "
+                         f"{mib:.1f} MiB left for a chunk of the {limit_mib:g} a call "
+                         f"carries; largest: {_largest(tree)}")
+    return [f"{mib:.2f}"]
 
 
 def _finished_metrics(root: Path, tracked: list[str]) -> list[str]:
@@ -176,10 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         description="Get the checkout ready for a study session's device calls (stash, "
                     "launch, back) and check that each will travel: under the device "
                     "tool's working-tree limit, with the packs in for the launch.")
-    ap.add_argument("state", choices=("stash", "launch", "back"),
+    ap.add_argument("state", choices=("stash", "launch", "back", "budget"),
                     help="stash: tracked data/ out, chunks checked; launch: data/ back "
                          "less what the device never reads, packs checked; back: data/ "
-                         "as committed")
+                         "as committed; budget: print the MiB a chunk may take beside the "
+                         "stash calls' tree (changes nothing)")
     ap.add_argument("--root", type=Path, default=HERE.parent,
                     help="the checkout (default: this script's)")
     ap.add_argument("--limit-mib", type=float, default=float(CALL_LIMIT_MIB),
@@ -190,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             lines = stash(args.root, limit_mib=args.limit_mib)
         elif args.state == "launch":
             lines = launch(args.root, limit_mib=args.limit_mib)
+        elif args.state == "budget":
+            lines = budget(args.root, limit_mib=args.limit_mib)
         else:
             lines = back(args.root)
     except CarryError as e:

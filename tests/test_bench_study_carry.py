@@ -131,6 +131,29 @@ def test_stash_without_chunks_leaves_the_checkout_as_it_was(checkout):
     stash = _run(checkout, "stash")
     assert stash.returncode == 1
     assert stash.stderr.strip() == ("study_carry: error: no chunk folders under "
-                                    ".vllm/study/carry: make them first (bench/vllm_carry.py "
-                                    "pack --work .vllm/study ...)")
+                                    ".vllm/study/carry: make them first (make study-carry)")
     assert (checkout / f"{STUDY}/packs/greedy-0.part01.npz").is_file()
+
+
+def test_budget_is_what_a_chunk_may_take_beside_the_stash_tree(checkout):
+    """`make study-carry` cuts the chunks to this in a fresh checkout, data/ in: the limit
+    less the tree left once data/'s tracked files are out, less the 1 MiB margin; nothing
+    moves."""
+    before = sorted(p for p in checkout.rglob("*") if p.is_file())
+    stash_tree = sum((checkout / rel).stat().st_size for rel in
+                     ("eagle3lab/__init__.py", ".gitignore"))
+    result = _run(checkout, "budget", limit_mib=8.0)
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout) == pytest.approx(8.0 - stash_tree / 2**20 - 1.0, abs=0.006)
+    assert sorted(p for p in checkout.rglob("*") if p.is_file()) == before
+    # an untracked file travels with every call, so it counts; data/'s tracked files do not
+    _write(checkout, "notes.bin", 2 * 2**20)
+    grown = _run(checkout, "budget", limit_mib=8.0)
+    assert float(grown.stdout) == pytest.approx(float(result.stdout) - 2.0, abs=0.006)
+    # too small a limit: one line naming what the tree holds
+    small = _run(checkout, "budget", limit_mib=2.5)
+    assert small.returncode == 1
+    [line] = small.stderr.splitlines()
+    assert line.startswith("study_carry: error: the stash calls' tree is 2.0 MiB: -0.5 MiB "
+                           "left for a chunk of the 2.5 a call carries; largest: notes.bin "
+                           "2.0 MiB")

@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description="Get the checkout ready for a study session's device calls (stash, "
                     "launch, back) and check that each will travel: under the device "
-                    "tool's working-tree limit, with the packs in for the launch.")
+                    "tool's working-tree limit, with the packs in for the launch; or print "
+                    "the size to cut the stash chunks to (budget).")
     ap.add_argument("state", choices=("stash", "launch", "back", "budget"),
                     help="stash: tracked data/ out, chunks checked; launch: data/ back "
                          "less what the device never reads, packs checked; back: data/ "

@@ -390,9 +390,9 @@ def against_reference(results: AtScaleResults, *, reference: str = "shipped",
     (`measured_setting`). Only finished runs count. Returns {"text", "setting",
     "reference_tau", "best_run", "best_tau", "replaces", "best_arm", "best_arm_tau",
     "best_arm_runs"} (None where not measured): the best arm is the one whose seeds' mean is
-    highest, `best_arm_runs` its runs' taus, so a best run ahead of its arm's other seed by
-    less than their spread is read as the arm's, not the run's (either seed may be the one
-    shipped: only a run the winner stage collected has its weights)."""
+    highest, `best_arm_runs` its runs' taus, so a best run whose lead over its own arm's
+    other seeds is seed noise reads as the arm's, not as a new winner (either seed may be
+    the one shipped: only a run the winner stage collected has its weights)."""
     setting = measured_setting(results, setting) or setting
     ref = results.references
     ref = ref[(ref["reference"] == reference) & (ref["setting"] == setting)]

@@ -15,7 +15,7 @@ from eagle3lab.data.regenerate import RegenerateStage, meta_path, regenerate
 from eagle3lab.errors import UserError
 from eagle3lab.specdec.batched import BatchedEngine
 
-KW = dict(prompts="eval", limit=6, max_new_tokens=24, progress=False)
+KW = dict(prompts="eval", limit=6, max_new_tokens=16, progress=False)
 
 
 def _static(**kw):

@@ -130,9 +130,10 @@ def budget(root: Path, *, limit_mib: float) -> list[str]:
     study-carry` run in a fresh checkout (session 19: it refused, its budget negative)."""
     data = set(_files(root, "--cached", "--", "data"))
     tree = {rel: size for rel, size in travelling(root).items() if rel not in data}
-    mib = limit_mib - sum(tree.values()) / MIB - MARGIN_MIB
+    tree_mib = sum(tree.values()) / MIB
+    mib = limit_mib - tree_mib - MARGIN_MIB
     if mib < 1:
-        raise CarryError(f"the stash calls' tree is {sum(tree.values()) / MIB:.1f} MiB: "
+        raise CarryError(f"the stash calls' tree is {tree_mib:.1f} MiB: "
                          f"{mib:.1f} MiB left for a chunk of the {limit_mib:g} a call "
                          f"carries; largest: {_largest(tree)}")
     return [f"{mib:.2f}"]

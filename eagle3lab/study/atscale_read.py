@@ -414,9 +414,9 @@ def against_reference(results: AtScaleResults, *, reference: str = "shipped",
     best = finals.loc[finals["tau"].idxmax()]
     out.update(best_run=str(best["run"]), best_tau=float(best["tau"]),
                replaces=bool(best["tau"] > out["reference_tau"]))
-    arms = finals.assign(arm=finals["run"].map(arm_name)).groupby("arm", sort=False)["tau"]
-    arm = str(arms.mean().idxmax())
-    runs = finals[finals["run"].map(arm_name) == arm].sort_values("run")
+    arms = finals["run"].map(arm_name)
+    arm = str(finals["tau"].groupby(arms, sort=False).mean().idxmax())
+    runs = finals[arms == arm].sort_values("run")
     out.update(best_arm=arm, best_arm_tau=float(runs["tau"].mean()),
                best_arm_runs={str(r): float(t) for r, t in zip(runs["run"], runs["tau"])})
     seeds = ""
@@ -1263,13 +1263,14 @@ def _above_ceiling(fin, results: AtScaleResults, setting: str, ceiling: float | 
     col = f"tau@{setting}"
     if ceiling is None or col not in fin:
         return ""
+    fin = fin.assign(_arm=fin["run"].map(arm_name))
+    seeds = fin.loc[fin[col].notna(), "_arm"].value_counts()
     past = fin[((fin["recipe"] != recipe) | (fin["tokens"] > results.tokens_per_run))
                & (fin[col] > ceiling)].sort_values(col, ascending=False, kind="stable")
-    past = past[~past["run"].map(arm_name).duplicated()].head(4)
-    seeds = fin[fin[col].notna()]["run"].map(arm_name).value_counts()
+    past = past[~past["_arm"].duplicated()].head(4)
     parts = []
     for _, r in past.iterrows():
-        n = int(seeds[arm_name(r["run"])])
+        n = int(seeds[r["_arm"]])
         parts.append(f"{r['run']} {r[col]:.2f} ({r['recipe']} recipe, "
                      f"{_short(float(r['unique_tokens']))} unique answer tokens, "
                      f"{_short(float(r['tokens']))} tokens of training"

@@ -680,7 +680,8 @@ def _tok(n) -> str:
 
 def _tau_across(results: AtScaleResults, run: str, at: float, setting: str):
     """Live tau at `setting` at the run's last checkpoint point at or before `at` tokens and
-    at its final drafter: (before, after), or None where the run has no such pair."""
+    at its final drafter: (before, its tokens, after), or None where the run has no such
+    pair."""
     lv = results.live
     if not len(lv):
         return None
@@ -689,13 +690,17 @@ def _tau_across(results: AtScaleResults, run: str, at: float, setting: str):
     early = rows[~rows["final"] & (rows["tokens"] <= at)].sort_values("tokens")
     if not len(early) or not len(end):
         return None
-    return float(early.iloc[-1]["tau"]), float(end.iloc[0]["tau"])
+    return (float(early.iloc[-1]["tau"]), float(early.iloc[-1]["tokens"]),
+            float(end.iloc[0]["tau"]))
 
 
 def _grokking(results: AtScaleResults, setting: str = MAIN_SETTING) -> tuple[str, dict[str, Any]]:
     """Late drops in eval loss, each with the live tau across it (the last live point before
     the drop against the end): an eval-loss drop that live tau does not follow is not the
-    grokking a drafter is trained for."""
+    grokking a drafter is trained for. Only a live point on the plateau (at or after its
+    first start) measures the drop; one from before the plateau also holds what the run
+    learned on its way there, so it is named but left out of the range (session 20: the 6M
+    run's point at 31.1M, its plateau from 48.6M, would have read +0.107)."""
     p = results.plateaus
     p = p[p["status"] == "done"] if len(p) else p
     if not len(p):
@@ -706,22 +711,34 @@ def _grokking(results: AtScaleResults, setting: str = MAIN_SETTING) -> tuple[str
     tail = f" ({never} never plateaued)" if never else ""
     numbers: dict[str, Any] = {"late_drops": len(late), "plateaued_runs": len(judged)}
     if len(late):
-        where, gains = [], []
+        where, gains, early = [], [], 0
         for _, r in late.iterrows():
             across = _tau_across(results, r["run"], float(r["drop_at"]), setting)
             live = ""
             if across is not None:
-                gains.append(across[1] - across[0])
-                live = f"; live tau {across[0]:.3f} before it, {across[1]:.3f} at the end"
+                before, at, end = across
+                if at >= float(r["first_start"]):
+                    gains.append(end - before)
+                    live = f"; live tau {before:.3f} before it, {end:.3f} at the end"
+                else:
+                    early += 1
+                    live = (f"; live tau {before:.3f} at {_short(at)} tokens, before its "
+                            f"plateau began at {_short(float(r['first_start']))}, {end:.3f} "
+                            "at the end")
             where.append(f"{r['run']} ({r['drop_relative']:.1%} below its plateau at "
                          f"{r['drop_fraction']:.0%} of the run{live})")
         text = f"a late drop in eval loss (grokking?) in {len(late)} of {len(judged)} " \
                f"plateaued runs: {', '.join(where)}{tail}"
+        more = (f"; {early} more whose last live point before the drop predates the plateau"
+                if early else "")
         if gains:
             text += (f"; across those drops live tau at {setting} moved {min(gains):+.3f} to "
-                     f"{max(gains):+.3f} ({len(gains)} run(s) with a live point before the "
-                     f"drop)")
+                     f"{max(gains):+.3f} ({len(gains)} run(s) with a live point on the plateau "
+                     f"before the drop{more})")
             numbers["late_drop_tau_gain_max"] = max(gains)
+        elif early:
+            text += (f"; no run has a live point on its plateau before the drop ({early} "
+                     "whose last one predates the plateau)")
     else:
         text = (f"no late drop (grokking) in any of the {len(judged)} runs whose eval loss "
                 f"plateaued{tail}") if len(judged) else f"no run's eval loss plateaued{tail}"
@@ -744,9 +761,10 @@ def verdict(results: AtScaleResults, *, setting: str = MAIN_SETTING,
     did the largest data arm beat the smallest (longer training on less data), on live tau
     at `setting` (else eval loss) and on eval loss, with the gap against the seed spread,
     and whether any finished run's eval loss dropped late, with live tau before each drop and
-    at the end (`late_drop_tau_gain_max`: the largest move). `sentences`: the same, then
-    weight decay, regeneration (greedy vs sampled vs both), recipe, and the 4x-past-plateau
-    check, where those arms finished. Numbers beside them for the report."""
+    at the end (`late_drop_tau_gain_max`: the largest move from a point on the plateau).
+    `sentences`: the same, then weight decay, regeneration (greedy vs sampled vs both),
+    recipe, and the 4x-past-plateau check, where those arms finished. Numbers beside them
+    for the report."""
     table = equal_compute_table(results)
     primary = _primary(results, setting)
     grok, grok_numbers = _grokking(results, measured_setting(results, setting) or setting)

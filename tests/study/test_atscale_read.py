@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -775,7 +776,6 @@ def test_planner_names_what_its_ceiling_is_not_a_ceiling_of(committed):
     whole pool at 64M tokens, on 6M tokens at 64M, on the whole pool at 32M, then at equal
     compute on the whole pool), best first, one per arm (its best seed, saying of how many)
     and at most four, so nobody reads the ceiling as the target's."""
-    import re
 
     res = committed
     plan = plan_budget(res)
@@ -961,25 +961,43 @@ def test_three_point_ceiling_recovers_a_saturating_curve():
 
 
 def test_late_drops_on_the_committed_study_carry_live_tau_across_them(committed):
-    """Session 17's constant-rate runs (0.1M and 0.4M unique tokens to 48M tokens): eval loss
-    drops late, and the verdict gives live tau before each drop and at the end, read from
-    the runs' own live points."""
+    """Session 17's constant-rate runs (0.1M and 0.4M unique tokens to 48M tokens) and
+    session 20's 6M run at 64M: eval loss drops late, and the verdict gives live tau before
+    each drop and at the end, read from the runs' own live points. Only a point on the
+    plateau counts in the range: the 6M run's last point before its drop (31.1M) and the
+    0.4M run's at weight decay 0.1 (23.0M) predate their plateaus (48.6M, 28.6M), so they
+    are named with the plateau's start and left out (the 6M run's +0.107 is mostly what it
+    learned before its plateau)."""
     res = committed
     v = verdict(res)
     lv, p = res.live, res.plateaus.set_index("run")
-    gains = []
+    gains, early = [], []
     for run in ("long-100k-48M-wd0.01-s0", "long-100k-48M-wd0.1-s0",
-                "long-400k-48M-wd0.01-s0", "long-400k-48M-wd0.1-s0"):
+                "long-400k-48M-wd0.01-s0", "long-400k-48M-wd0.1-s0",
+                "long-speculators-6M-64M-wd0.01-s1"):
         assert bool(p.loc[run, "late_drop"])
         rows = lv[(lv["run"] == run) & (lv["setting"] == "5,1,6")].sort_values("tokens")
-        before = rows[rows["tokens"] <= p.loc[run, "drop_at"]].iloc[-1]["tau"]
-        end = rows.iloc[-1]["tau"]
-        assert abs(end - before) < 0.05  # the drop barely reaches live tau
+        last = rows[rows["tokens"] <= p.loc[run, "drop_at"]].iloc[-1]
+        before, end = last["tau"], rows.iloc[-1]["tau"]
         assert f"{run} (" in v["text"]
-        assert f"live tau {before:.3f} before it, {end:.3f} at the end" in v["text"]
-        gains.append(end - before)
+        if last["tokens"] >= p.loc[run, "first_start"]:
+            assert abs(end - before) < 0.05  # the drop barely reaches live tau
+            assert f"live tau {before:.3f} before it, {end:.3f} at the end" in v["text"]
+            gains.append(end - before)
+        else:
+            early.append(run)
+            assert (f"live tau {before:.3f} at {_short(last['tokens'])} tokens, before its "
+                    f"plateau began at {_short(p.loc[run, 'first_start'])}, {end:.3f} at "
+                    "the end") in v["text"]
+    assert early == ["long-400k-48M-wd0.1-s0", "long-speculators-6M-64M-wd0.01-s1"]
     assert "across those drops live tau at 5,1,6 moved " in v["text"]
+    m = re.search(r"moved ([+-]\d\.\d+) to ([+-]\d\.\d+) \((\d+) run\(s\) with a live point "
+                  r"on the plateau before the drop; (\d+) more whose last live point before "
+                  r"the drop predates the plateau\)", v["text"])
+    assert m is not None and int(m.group(4)) >= len(early)
+    assert float(m.group(2)) == pytest.approx(v["late_drop_tau_gain_max"], abs=5e-4)
     assert v["late_drop_tau_gain_max"] >= max(gains)
+    assert v["late_drop_tau_gain_max"] < 0.1  # the 6M run's +0.107 is not in it
     assert summary_numbers(res)["atscale_late_drop_tau_gain_max"] == v["late_drop_tau_gain_max"]
 
 
@@ -998,3 +1016,31 @@ def test_regeneration_verdict_on_the_committed_study_has_two_seeds(committed):
                            f"greedy {mean['greedy']:.2f}, sampled {mean['sampled']:.2f}, "
                            f"both {mean['both']:.2f}; best greedy (gap ")
     assert "beyond the seed spread" in line and "over 2 seeds" in line
+
+
+def test_a_late_drop_whose_only_live_point_predates_the_plateau_is_not_in_the_range():
+    """A late drop whose last live point before it lies before the plateau began: named with
+    the plateau's start, no range and no `late_drop_tau_gain_max` (what the run learned on
+    its way to the plateau is not the drop's); with a point on the plateau, the range."""
+    from types import SimpleNamespace
+
+    from eagle3lab.study.atscale_read import _grokking
+
+    plateaus = pd.DataFrame([{"run": "r", "status": "done", "first_start": 40e6,
+                              "late_drop": True, "drop_at": 50e6, "drop_relative": 0.03,
+                              "drop_fraction": 0.8}])
+    live = pd.DataFrame([{"run": "r", "setting": "5,1,6", "final": f, "tokens": t, "tau": x}
+                         for f, t, x in ((False, 30e6, 2.5), (False, 60e6, 2.6),
+                                         (True, 64e6, 2.62))])
+    text, numbers = _grokking(SimpleNamespace(plateaus=plateaus, live=live))
+    assert ("r (3.0% below its plateau at 80% of the run; live tau 2.500 at 30M tokens, "
+            "before its plateau began at 40M, 2.620 at the end)") in text
+    assert text.endswith("; no run has a live point on its plateau before the drop (1 whose "
+                         "last one predates the plateau)")
+    assert "late_drop_tau_gain_max" not in numbers and numbers["late_drops"] == 1
+    on = live.assign(tokens=[45e6, 60e6, 64e6])
+    text, numbers = _grokking(SimpleNamespace(plateaus=plateaus, live=on))
+    assert "live tau 2.500 before it, 2.620 at the end" in text
+    assert text.endswith("moved +0.120 to +0.120 (1 run(s) with a live point on the plateau "
+                         "before the drop)")
+    assert numbers["late_drop_tau_gain_max"] == pytest.approx(0.12)

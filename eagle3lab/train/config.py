@@ -240,6 +240,12 @@ class TrainConfig(StrictConfig):
     stop_after_steps: int | None = Field(None, description="stop (as if killed) after this "
                                          "step; for tests", json_schema_extra=cli_group("schedule"))
     progress: bool = Field(True, description="tqdm bar", json_schema_extra=cli_group("schedule"))
+    profile_steps: list[int] = Field(default_factory=list, description="FIRST LAST: record "
+                                     "optimizer steps FIRST..LAST (1-based, main rank) with "
+                                     "torch.profiler into RUN/profile/ (summary.json: the "
+                                     "device's busy share, the host's time in synchronising "
+                                     "calls; ops.txt: the top ops); empty: off",
+                                     json_schema_extra=cli_group("schedule"))
     # Many processes (torchrun; eagle3lab/train/distributed.py). One process: grad_accum only.
     grad_accum: int = Field(1, ge=1, description="micro-batches per rank per optimizer step "
                             "(gradients accumulated)", json_schema_extra=cli_group("optimiser"))
@@ -258,7 +264,12 @@ class TrainConfig(StrictConfig):
         json_schema_extra=cli_group("distributed"))
 
     def check(self, where: str) -> None:
-        """Shards or online, not both, each with what it needs (one line each)."""
+        """Shards or online, not both, each with what it needs (one line each); a profile
+        window of two steps in order."""
+        p = self.profile_steps
+        if p and (len(p) != 2 or not 1 <= p[0] <= p[1]):
+            raise UserError(f"{where}: profile_steps (--profile-steps) takes two step "
+                            f"numbers FIRST LAST with 1 <= FIRST <= LAST, not {p}.")
         if self.online:
             missing = [f"{n} (--{n})" for n in ("conversations", "target")
                        if not getattr(self, n)]
@@ -312,8 +323,9 @@ def check_train_overrides(overrides: dict[str, Any], where: str, *, reserved: se
 
 
 #: Settings that may differ when resuming (they do not change what is computed).
-_RESUME_FREE = {"resume", "stop_after_steps", "progress", "device", "out", "cpu_threads",
-                "dist_timeout", "grad_accum", "data_workers"}  # world size x grad_accum: distributed.py
+_RESUME_FREE = {"resume", "stop_after_steps", "progress", "profile_steps", "device", "out",
+                "cpu_threads", "dist_timeout", "grad_accum",  # world size x grad_accum:
+                "data_workers"}  # distributed.py
 
 
 def check_resume_settings(run_config: dict[str, Any], cfg: TrainConfig, out) -> None:

@@ -48,6 +48,7 @@ from eagle3lab.train.evaluation import evaluate
 from eagle3lab.train.model import (FLEX, build_drafter, init_from, match_final_state,
                                    resolve_draft_attn)
 from eagle3lab.train.online import prepare_online, warm_cache
+from eagle3lab.train.profile import PROFILE_DIR, StepProfiler
 from eagle3lab.workdir import FINAL
 
 
@@ -340,6 +341,8 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
     micro_n = d.world_size * cfg.grad_accum  # micro-batches per optimizer step
     stopped = False
     term = _TermFlag(one_process=not d.active)  # SIGTERM: checkpoint this step, then stop
+    prof = StepProfiler(cfg.profile_steps, out, device_type="cuda" if cuda else "cpu",
+                        enabled=d.main)
     keys = count_keys(cfg.ttt_steps)
     workers = 0 if cfg.online else (cfg.data_workers if cfg.data_workers >= 0
                                     else (2 if cuda else 0))
@@ -351,6 +354,7 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
             for bi, micro in zip(range(state["batch"], len(steps)), collated):
                 where["step"] = state["step"] + 1
                 distributed.fault_point(d, state["step"] + 1)
+                prof.before(state["step"] + 1, state["tokens"])
                 opt.zero_grad(set_to_none=True)
                 # the step's numbers stay on the device until one read after the all-reduce
                 sums = torch.zeros(3 + len(keys), dtype=torch.float64, device=dev)
@@ -407,6 +411,9 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
                     bar.set_postfix(loss=f"{train_m['objective']:.3f}",
                                     acc0=f"{train_m['full_acc'][0]:.2f}")
                 bar.update(1)
+                if prof.after(state["step"], state["tokens"]) is not None:
+                    bar.write(f"train: profiled steps {cfg.profile_steps[0]}-"
+                              f"{cfg.profile_steps[1]}: {out / PROFILE_DIR}")
                 state["wall_s"] = time.time() - t0
                 periodic = cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0
                 if (periodic or term.set) and not last:  # SIGTERM: this step's, then stop
@@ -424,6 +431,7 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
                     break
     finally:
         term.restore()
+        prof.close()
     bar.close()
     state["wall_s"] = time.time() - t0
     info["progress"] = dict(state)

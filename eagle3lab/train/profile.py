@@ -1,0 +1,129 @@
+"""A window of training steps under torch.profiler: where a step's time goes.
+
+Prevents guessing why a run is slow from a utilisation figure. The study's online runs left
+the GPU 40-45 % busy at ~100k tokens/s (docs/study.md, sessions 19 and 20), and whether the
+host's per-step read of the step's sums (the loop waits for the GPU to finish before it
+queues the next step), its launches, or the target's forward is the cause decides what to
+change. `TrainConfig.profile_steps = [FIRST, LAST]` records those optimizer steps (1-based,
+main rank) and writes RUN/profile/:
+
+- `summary.json`: the window's steps, wall seconds and tokens (tokens/s under the
+  profiler, which slows the host: compare shares, not rates, with an unprofiled run); the
+  device's busy seconds (the union of its kernel, copy and set intervals) and its share of
+  the wall; the host's seconds in synchronising calls (CUDA runtime synchronise and copy
+  calls, aten's scalar read), each by name, and their share;
+- `ops.txt`: torch.profiler's own tables, the top ops by device time and by host time.
+
+On the CPU only host activity is recorded (the device figures are null).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from eagle3lab.fsutil import atomic_write_json, atomic_write_text
+
+#: Host calls that wait for the device (CUDA runtime names as the profiler records them;
+#: a pageable copy blocks like a synchronise) or read a device scalar.
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+              "cudaMemcpy", "cudaMemcpyAsync", "aten::_local_scalar_dense")
+PROFILE_DIR = "profile"
+
+
+def _union_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Seconds covered by (start_us, end_us) intervals, overlaps counted once."""
+    total, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total / 1e6
+
+
+def summarize(events: Any, *, wall_s: float, tokens: int, steps: list[int],
+              device: bool) -> dict[str, Any]:
+    """summary.json's record from torch.profiler's `events()` (FunctionEvents)."""
+    from torch.autograd import DeviceType
+
+    dev = [(e.time_range.start, e.time_range.end) for e in events
+           if e.device_type != DeviceType.CPU]
+    sync: dict[str, float] = {}
+    for e in events:
+        if e.device_type == DeviceType.CPU and e.name in SYNC_CALLS:
+            sync[e.name] = sync.get(e.name, 0.0) + (e.time_range.end - e.time_range.start) / 1e6
+    busy = _union_seconds(dev) if device else None
+    host_sync = sum(sync.values())
+    return {"steps": list(steps), "n_steps": steps[1] - steps[0] + 1,
+            "wall_s": round(wall_s, 6), "tokens": int(tokens),
+            "tokens_per_s": tokens / wall_s if wall_s > 0 else None,
+            "device_busy_s": busy,
+            "device_busy_share": busy / wall_s if busy is not None and wall_s > 0 else None,
+            "host_sync_s": host_sync,
+            "host_sync_share": host_sync / wall_s if wall_s > 0 else None,
+            "host_sync_by_call": dict(sorted(sync.items(), key=lambda kv: -kv[1])),
+            "note": "under torch.profiler, which slows the host: compare shares, not rates"}
+
+
+class StepProfiler:
+    """Start torch.profiler before step FIRST, stop after step LAST, write RUN/profile/.
+    Does nothing when `steps` is empty or on a rank other than the main one."""
+
+    def __init__(self, steps: list[int], out: str | Path, *, device_type: str,
+                 enabled: bool = True):
+        self.steps = list(steps)
+        self.on = bool(self.steps) and enabled
+        self.out = Path(out) / PROFILE_DIR
+        self.device = device_type == "cuda"
+        self.prof = None
+        self.t0 = 0.0
+        self.tokens0 = 0
+
+    def before(self, step: int, tokens: int) -> None:
+        """Called before optimizer step `step` (1-based) runs; `tokens` processed so far."""
+        if not self.on or step != self.steps[0] or self.prof is not None:
+            return
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device else [])
+        if self.device:
+            torch.cuda.synchronize()
+        self.prof = profile(activities=acts)
+        self.prof.__enter__()
+        self.t0, self.tokens0 = time.perf_counter(), tokens
+
+    def after(self, step: int, tokens: int) -> Path | None:
+        """Called after step `step`; at LAST, stops and writes RUN/profile/ (returned)."""
+        if self.prof is None or step < self.steps[1]:
+            return None
+        import torch
+
+        if self.device:
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - self.t0
+        prof, self.prof = self.prof, None
+        prof.__exit__(None, None, None)
+        self.on = False
+        summary = summarize(prof.events(), wall_s=wall, tokens=tokens - self.tokens0,
+                            steps=self.steps, device=self.device)
+        table = prof.key_averages()
+        parts = []
+        if self.device:
+            parts += ["top ops by device time", table.table(sort_by="self_device_time_total",
+                                                            row_limit=30)]
+        parts += ["top ops by host time", table.table(sort_by="self_cpu_time_total",
+                                                      row_limit=30)]
+        atomic_write_text(self.out / "ops.txt", "\n\n".join(parts) + "\n")
+        atomic_write_json(self.out / "summary.json", summary)
+        return self.out
+
+    def close(self) -> None:
+        """Stop a window the run left early (stopped, failed): nothing is written."""
+        if self.prof is not None:
+            prof, self.prof = self.prof, None
+            prof.__exit__(None, None, None)

@@ -11,7 +11,7 @@ main rank) and writes RUN/profile/:
   profiler, which slows the host: compare shares, not rates, with an unprofiled run); the
   device's busy seconds (the union of its kernel, copy and set intervals) and its share of
   the wall; the host's seconds in synchronising calls (CUDA runtime synchronise and copy
-  calls, aten's scalar read), each by name, and their share;
+  calls, aten's scalar read; nested ones counted once), each by name, and their share;
 - `ops.txt`: torch.profiler's own tables, the top ops by device time and by host time.
 
 On the CPU only host activity is recorded (the device figures are null).
@@ -53,11 +53,14 @@ def summarize(events: Any, *, wall_s: float, tokens: int, steps: list[int],
     dev = [(e.time_range.start, e.time_range.end) for e in events
            if e.device_type != DeviceType.CPU]
     sync: dict[str, float] = {}
+    spans = []
     for e in events:
         if e.device_type == DeviceType.CPU and e.name in SYNC_CALLS:
+            spans.append((e.time_range.start, e.time_range.end))
             sync[e.name] = sync.get(e.name, 0.0) + (e.time_range.end - e.time_range.start) / 1e6
     busy = _union_seconds(dev) if device else None
-    host_sync = sum(sync.values())
+    # a scalar read holds its copy and its synchronise: nested calls counted once
+    host_sync = _union_seconds(spans)
     return {"steps": list(steps), "n_steps": steps[1] - steps[0] + 1,
             "wall_s": round(wall_s, 6), "tokens": int(tokens),
             "tokens_per_s": tokens / wall_s if wall_s > 0 else None,

@@ -97,7 +97,7 @@ class StepProfiler:
         if self.device:
             torch.cuda.synchronize()
         self.prof = profile(activities=acts)
-        self.prof.__enter__()
+        self.prof.start()
         self.t0, self.tokens0 = time.perf_counter(), tokens
 
     def after(self, step: int, tokens: int) -> Path | None:
@@ -110,7 +110,7 @@ class StepProfiler:
             torch.cuda.synchronize()
         wall = time.perf_counter() - self.t0
         prof, self.prof = self.prof, None
-        prof.__exit__(None, None, None)
+        prof.stop()
         self.on = False
         summary = summarize(prof.events(), wall_s=wall, tokens=tokens - self.tokens0,
                             steps=self.steps, device=self.device)
@@ -129,4 +129,4 @@ class StepProfiler:
         """Stop a window the run left early (stopped, failed): nothing is written."""
         if self.prof is not None:
             prof, self.prof = self.prof, None
-            prof.__exit__(None, None, None)
+            prof.stop()

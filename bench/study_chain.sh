@@ -11,7 +11,8 @@
 # (/root/e3l/data/inductor-cache.tar.gz*: bench/compile_cache.py) is unpacked there first.
 # An unfinished run's checkpoint an earlier session brought back and carried in
 # (/root/e3l/data/resume-RUN.tar.gz*: bench/run_carry.py) goes into its run folder after
-# `plan`, so `train` resumes it.
+# `plan`, so `train` resumes it. STUDY_STAGE=profile runs `profile` instead of `train` (and
+# no reference decode beside it): its arguments are then --only NAME --steps FIRST LAST.
 set -u
 W=${STUDY_WORK:-/root/e3l/study}
 T=${E3L_TARGET:-/root/e3l/target}
@@ -32,7 +33,8 @@ $S unpack --work $W --packs data/studies/h200-grok/packs --target $T \
          python3 -P bench/run_carry.py in --work $W /root/e3l/data/resume-*.tar.gz* \
            || echo "a carried checkpoint was not unpacked (above): its run starts over"
        fi; true; } \
-  && { mkdir -p $W/logs; $S reference --work $W --target $T --device cuda --name shipped \
-         --drafter data/drafters/smollm2-135m-instruct-sglang > $W/logs/reference.log 2>&1 & } \
-  && $S train --work $W --device cuda "$@"
+  && { [ "${STUDY_STAGE:-train}" != train ] || { mkdir -p $W/logs; $S reference --work $W \
+         --target $T --device cuda --name shipped \
+         --drafter data/drafters/smollm2-135m-instruct-sglang > $W/logs/reference.log 2>&1 & }; } \
+  && $S ${STUDY_STAGE:-train} --work $W --device cuda "$@"
 echo "chain exited $?"

@@ -21,6 +21,8 @@ Stages (each a subcommand; WORK is the study's work directory on the device):
             (eagle3lab.study.atscale.AtScaleConfig)
     train   every unfinished arm, --jobs at a time on the one GPU, online; then each
             finished run's live acceptance (static engine), its step checkpoints deleted
+    profile one planned run's first steps with a window under torch.profiler, into
+            WORK/profile/NAME (train's profile_steps; after plan)
     reference decode a drafter trained elsewhere (the shipped one) as the runs are, into
             WORK/study/references/NAME/live.json (after plan)
     restore put a finished session's collected results back (a later session: the weak
@@ -510,6 +512,40 @@ def stage_train(args) -> int:
     return 1 if failed else 0
 
 
+def stage_profile(args) -> int:
+    """One planned run's first steps, FIRST..LAST under torch.profiler (train's
+    profile_steps), into WORK/profile/NAME (never the study's run): where an online run's
+    step time goes (after plan). Prints its profile/summary.json; stops after LAST."""
+    import shutil
+
+    from eagle3lab.errors import UserError
+    from eagle3lab.study.atscale import read_study
+
+    work = Path(args.work)
+    study = read_study(work / "study")
+    arm = next((a for a in study["arms"] if a["name"] == args.only), None)
+    if arm is None:
+        raise UserError(f"--only: no run named {args.only} in {work / 'study' / 'study.json'}.")
+    first, last = args.steps
+    out = work / "profile" / args.only
+    shutil.rmtree(out, ignore_errors=True)  # a fresh run each time: the window from step 1
+    cfgp = work / "configs" / f"profile-{args.only}.json"
+    cfgp.parent.mkdir(parents=True, exist_ok=True)
+    cfgp.write_text(json.dumps({**arm["train"], "device": args.device, "out": str(out),
+                                "resume": False, "profile_steps": [first, last],
+                                "stop_after_steps": last, "checkpoint_every": 0,
+                                "eval_at_tokens": [], "eval_every": 0,
+                                "eval_at_start": False}))
+    log(f"profile {args.only}: steps {first}-{last} into {out}")
+    rc = subprocess.call(eagle3lab("train", "--config", str(cfgp)), cwd=ROOT)
+    summary = out / "profile" / "summary.json"
+    if rc or not summary.is_file():
+        log(f"profile {args.only}: train exited {rc}, no {summary}")
+        return rc or 1
+    print(summary.read_text())
+    return 0
+
+
 def stage_reference(args) -> int:
     """A drafter trained elsewhere (the shipped one) decoded as the runs are: the bar a run
     must clear to replace it (after plan: it reads the study's live settings)."""
@@ -702,6 +738,10 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--retrain-undecoded", action="store_true",
                    help="train again the runs an earlier session finished but did not decode "
                    "live (their checkpoints did not travel), for their live tau")
+    pf = sub.add_parser("profile", parents=[common], help="one planned run's first steps "
+                        "with FIRST..LAST under torch.profiler, into WORK/profile/NAME")
+    pf.add_argument("--only", required=True, help="the planned run (its name in study.json)")
+    pf.add_argument("--steps", type=int, nargs=2, required=True, metavar=("FIRST", "LAST"))
     rf = sub.add_parser("reference", parents=[common], help="decode a drafter trained "
                         "elsewhere as the runs are decoded (after plan)")
     rf.add_argument("--drafter", required=True, help="its checkpoint directory")
@@ -718,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("data needs --target")
     return {"data": stage_data, "unpack": stage_unpack, "describe": stage_describe,
             "weak": stage_weak, "plan": stage_plan, "reference": stage_reference,
-            "train": stage_train, "restore": stage_restore,
+            "train": stage_train, "profile": stage_profile, "restore": stage_restore,
             "collect": stage_collect}[args.stage](args)
 
 

@@ -135,6 +135,13 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     study = json.loads((w / "study/study.json").read_text())
     assert [a["name"] for a in study["arms"]] == ["data-0.03k-wd0.01-s0",
                                                   "data-all-wd0.01-s0"]
+    # a planned run's first steps profiled beside the study, never in it
+    name = study["arms"][1]["name"]
+    out = _run("profile", "--work", w, "--device", "cpu", "--only", name, "--steps", 2, 3)
+    summary = json.loads((w / "profile" / name / "profile/summary.json").read_text())
+    assert summary["steps"] == [2, 3] and summary["tokens"] > 0 and summary["regions"]
+    assert f'"tokens": {summary["tokens"]},' in out  # printed
+    assert not (w / "study/runs" / name).exists()
     out = _run("train", "--work", w, "--device", "cpu", "--jobs", 2, "--live-jobs", 2,
                "--warm-first", 600, "--live-early")
     assert "2/2 runs finished, 2 decoded live" in out and "failed" not in out

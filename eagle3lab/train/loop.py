@@ -48,7 +48,7 @@ from eagle3lab.train.evaluation import evaluate
 from eagle3lab.train.model import (FLEX, build_drafter, init_from, match_final_state,
                                    resolve_draft_attn)
 from eagle3lab.train.online import prepare_online, warm_cache
-from eagle3lab.train.profile import PROFILE_DIR, StepProfiler
+from eagle3lab.train.profile import PROFILE_DIR, REGIONS, StepProfiler, labelled
 from eagle3lab.workdir import FINAL
 
 
@@ -206,6 +206,7 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
 
     import torch
     from speculators.losses import resolve_loss_config
+    from torch.profiler import record_function
     from tqdm.auto import tqdm
 
     out = check_writable_dir(cfg.out, "run directory")
@@ -347,38 +348,43 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
     workers = 0 if cfg.online else (cfg.data_workers if cfg.data_workers >= 0
                                     else (2 if cuda else 0))
     try:
+        prof.before(state["step"] + 1, state["tokens"])  # then after each step: its batch in
         while state["step"] < total_steps and not stopped:
             steps = train_data.steps(cfg.seed, state["epoch"], rank=d.rank,
                                      world_size=d.world_size, grad_accum=cfg.grad_accum)
-            collated = train_data.loader(steps[state["batch"]:], dtype, workers=workers, pin=cuda)
+            collated = labelled(train_data.loader(steps[state["batch"]:], dtype,
+                                                  workers=workers, pin=cuda), REGIONS[0])
             for bi, micro in zip(range(state["batch"], len(steps)), collated):
                 where["step"] = state["step"] + 1
                 distributed.fault_point(d, state["step"] + 1)
-                prof.before(state["step"] + 1, state["tokens"])
                 opt.zero_grad(set_to_none=True)
                 # the step's numbers stay on the device until one read after the all-reduce
                 sums = torch.zeros(3 + len(keys), dtype=torch.float64, device=dev)
                 seen = []  # (loss, metrics, sample ids) of each micro-batch, for a NaN report
                 for k, (ids, cpu_batch) in enumerate(zip(steps[bi], micro)):
                     batch = {key: v.to(dev, non_blocking=True) for key, v in cpu_batch.items()}
-                    with distributed.grad_sync(model, sync=k == len(steps[bi]) - 1):
+                    with distributed.grad_sync(model, sync=k == len(steps[bi]) - 1), \
+                            record_function(REGIONS[1]):
                         with autocast():
                             _, loss, m = model(**batch, **fwd_kw)
                         (loss / cfg.grad_accum if cfg.grad_accum > 1 else loss).backward()
-                    loss = loss.detach()
-                    seen.append((loss, m, ids))
-                    sums += torch.cat([(~torch.isfinite(loss)).to(torch.float64).reshape(1),
-                                       loss.to(torch.float64).reshape(1),
-                                       batch["loss_mask"].sum().to(torch.float64).reshape(1),
-                                       step_count_tensor(m, batch["loss_mask"], cfg.ttt_steps,
-                                                         cfg.ttt_step_loss_decay)])
+                        loss = loss.detach()
+                        seen.append((loss, m, ids))
+                        sums += torch.cat([(~torch.isfinite(loss)).to(torch.float64).reshape(1),
+                                           loss.to(torch.float64).reshape(1),
+                                           batch["loss_mask"].sum().to(torch.float64).reshape(1),
+                                           step_count_tensor(m, batch["loss_mask"],
+                                                             cfg.ttt_steps,
+                                                             cfg.ttt_step_loss_decay)])
                 tokens = sum(train_data.batch_tokens(ids) for ids in steps[bi])
-                gn = distributed.clip_grad_norm(params, cfg.grad_clip)
-                # one all-reduce and one read: NaN flag, objective, tokens, every raw count, and
-                # the gradient norm (the same on every rank; averaged, so a NaN anywhere shows)
-                flag, loss_sum, loss_tokens, *summed, tokens, gn = d.sum(
-                    torch.cat([sums, torch.tensor([tokens], dtype=torch.float64).to(dev),
-                               gn.detach().to(torch.float64).reshape(1) / d.world_size]))
+                with record_function(REGIONS[2]):
+                    gn = distributed.clip_grad_norm(params, cfg.grad_clip)
+                    # one all-reduce and one read: NaN flag, objective, tokens, every raw
+                    # count, and the gradient norm (the same on every rank; averaged, so a
+                    # NaN anywhere shows)
+                    flag, loss_sum, loss_tokens, *summed, tokens, gn = d.sum(
+                        torch.cat([sums, torch.tensor([tokens], dtype=torch.float64).to(dev),
+                                   gn.detach().to(torch.float64).reshape(1) / d.world_size]))
                 if flag:
                     fail(next(p for p in d.gather(_loss_problem(
                         seen, state, opt, cfg, train_data, shards, rank_note)) if p))
@@ -388,8 +394,9 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
                          f"{gn} at lr {opt.param_groups[0]['lr']:.3g}; lower lr or set "
                          f"grad_clip.")
                 lr = opt.param_groups[0]["lr"]
-                opt.step()
-                sched.step()
+                with record_function(REGIONS[3]):
+                    opt.step()
+                    sched.step()
                 state["step"] += 1
                 state["tokens"] += int(tokens)
                 state["loss_tokens"] += int(loss_tokens)
@@ -429,6 +436,7 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
                     stopped = True
                 if last or stopped:
                     break
+                prof.before(state["step"] + 1, state["tokens"])
     finally:
         term.restore()
         prof.close()

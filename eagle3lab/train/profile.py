@@ -12,6 +12,8 @@ main rank) and writes RUN/profile/:
   device's busy seconds (the union of its kernel, copy and set intervals) and its share of
   the wall; the host's seconds in synchronising calls (CUDA runtime synchronise and copy
   calls, aten's scalar read; nested ones counted once), each by name, and their share;
+  per region of the loop (`REGIONS`: the batch, forward and backward, the step's read, the
+  optimizer), the host's seconds inside it and the device's seconds of what it launched;
 - `ops.txt`: torch.profiler's own tables, the top ops by device time and by host time.
 
 On the CPU only host activity is recorded (the device figures are null).
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from eagle3lab.fsutil import atomic_write_json, atomic_write_text
 
@@ -30,6 +32,27 @@ from eagle3lab.fsutil import atomic_write_json, atomic_write_text
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
               "cudaMemcpy", "cudaMemcpyAsync", "aten::_local_scalar_dense")
 PROFILE_DIR = "profile"
+#: The loop's regions (train/loop.py labels them with torch.profiler.record_function):
+#: a micro-batch made ready (online: the target's forward), the drafter's forward and
+#: backward with the step's sums, the gradient clip and the one read of the step's numbers,
+#: the optimizer and scheduler step. Whatever the loop does outside them (logging, eval,
+#: checkpoints) is the rest of the wall.
+REGIONS = ("e3l.batch", "e3l.forward_backward", "e3l.step_read", "e3l.optimizer")
+
+
+def labelled(items: Iterable[Any], name: str) -> Iterator[Any]:
+    """`items`, each one fetched inside record_function(name): the time a loader takes to
+    produce an item shows as a region of the profile (nothing is recorded unprofiled)."""
+    from torch.profiler import record_function
+
+    it = iter(items)
+    while True:
+        with record_function(name):
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+        yield item
 
 
 def _union_seconds(intervals: list[tuple[float, float]]) -> float:
@@ -59,6 +82,14 @@ def summarize(events: Any, *, wall_s: float, tokens: int, steps: list[int],
             spans.append((e.time_range.start, e.time_range.end))
             sync[e.name] = sync.get(e.name, 0.0) + (e.time_range.end - e.time_range.start) / 1e6
     busy = _union_seconds(dev) if device else None
+    regions: dict[str, dict[str, Any]] = {}
+    for name in REGIONS:
+        mine = [e for e in events if e.device_type == DeviceType.CPU and e.name == name]
+        regions[name] = {
+            "count": len(mine),
+            "host_s": _union_seconds([(e.time_range.start, e.time_range.end) for e in mine]),
+            # the kernels and copies launched inside it, wherever they ran in time
+            "device_s": sum(e.device_time_total for e in mine) / 1e6 if device else None}
     # a scalar read holds its copy and its synchronise: nested calls counted once
     host_sync = _union_seconds(spans)
     return {"steps": list(steps), "n_steps": steps[1] - steps[0] + 1,
@@ -69,6 +100,7 @@ def summarize(events: Any, *, wall_s: float, tokens: int, steps: list[int],
             "host_sync_s": host_sync,
             "host_sync_share": host_sync / wall_s if wall_s > 0 else None,
             "host_sync_by_call": dict(sorted(sync.items(), key=lambda kv: -kv[1])),
+            "regions": regions,
             "note": "under torch.profiler, which slows the host: compare shares, not rates"}
 
 
@@ -85,10 +117,13 @@ class StepProfiler:
         self.prof = None
         self.t0 = 0.0
         self.tokens0 = 0
+        self.first = 0
 
     def before(self, step: int, tokens: int) -> None:
-        """Called before optimizer step `step` (1-based) runs; `tokens` processed so far."""
-        if not self.on or step != self.steps[0] or self.prof is not None:
+        """Called before optimizer step `step` (1-based) fetches its batch; `tokens`
+        processed so far. A run resumed inside the window starts it at its first step
+        (the summary's `steps` say which were recorded)."""
+        if not self.on or not self.steps[0] <= step <= self.steps[1] or self.prof is not None:
             return
         import torch
         from torch.profiler import ProfilerActivity, profile
@@ -98,7 +133,7 @@ class StepProfiler:
             torch.cuda.synchronize()
         self.prof = profile(activities=acts)
         self.prof.start()
-        self.t0, self.tokens0 = time.perf_counter(), tokens
+        self.t0, self.tokens0, self.first = time.perf_counter(), tokens, step
 
     def after(self, step: int, tokens: int) -> Path | None:
         """Called after step `step`; at LAST, stops and writes RUN/profile/ (returned)."""
@@ -113,7 +148,7 @@ class StepProfiler:
         prof.stop()
         self.on = False
         summary = summarize(prof.events(), wall_s=wall, tokens=tokens - self.tokens0,
-                            steps=self.steps, device=self.device)
+                            steps=[self.first, self.steps[1]], device=self.device)
         table = prof.key_averages()
         parts = []
         if self.device:

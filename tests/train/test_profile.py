@@ -1,6 +1,7 @@
 """eagle3lab.train.profile: a window of training steps under torch.profiler changes nothing
 the run computes, writes RUN/profile/ once the window ends (nothing for a run stopped inside
-it), and its summary counts the device's busy time once where kernels overlap, and the
+it; a run resumed inside it starts it at its first step), the loop's regions once a step,
+and its summary counts the device's busy time once where kernels overlap, and the
 host's synchronising calls by name and, nested, once."""
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ def test_a_profiled_window_changes_nothing_and_writes_its_summary(tmp_path, shar
     # the CPU: no device activity recorded, host figures present
     assert s["device_busy_s"] is None and s["device_busy_share"] is None
     assert s["host_sync_s"] <= sum(s["host_sync_by_call"].values()) + 1e-9
+    # every region of the loop once a step (one micro-batch a step here), the step's batch
+    # inside the window: the host's seconds in them within the wall, no device seconds
+    from eagle3lab.train.profile import REGIONS
+
+    assert list(s["regions"]) == list(REGIONS)
+    assert [r["count"] for r in s["regions"].values()] == [3, 3, 3, 3]
+    assert all(r["host_s"] > 0 and r["device_s"] is None for r in s["regions"].values())
+    assert sum(r["host_s"] for r in s["regions"].values()) <= s["wall_s"]
     ops = (tmp_path / "prof" / "profile" / "ops.txt").read_text()
     assert "top ops by host time" in ops and "aten::" in ops
     assert not (tmp_path / "plain" / "profile").exists()
@@ -61,6 +70,12 @@ def test_a_run_stopped_inside_the_window_writes_no_profile_and_resumes(tmp_path,
     # profiling is free to change on resume (it computes nothing)
     assert train(out=str(out), resume=True, profile_steps=[5, 6], **kw)["status"] == "done"
     assert json.loads((out / "profile" / "summary.json").read_text())["steps"] == [5, 6]
+    # a window the resume point is inside starts at the first step this run trains
+    out2 = tmp_path / "run2"
+    assert train(out=str(out2), stop_after_steps=4, **kw)["status"] == "stopped"
+    assert train(out=str(out2), resume=True, profile_steps=[2, 5], **kw)["status"] == "done"
+    s = json.loads((out2 / "profile" / "summary.json").read_text())
+    assert s["steps"] == [5, 5] and s["n_steps"] == 1
 
 
 @pytest.mark.parametrize("steps", [[3], [0, 2], [5, 4], [1, 2, 3]])

@@ -527,7 +527,17 @@ def stage_profile(args) -> int:
     if arm is None:
         raise UserError(f"--only: no run named {args.only} in {work / 'study' / 'study.json'}.")
     first, last = args.steps
-    out = work / "profile" / args.only
+    over = {}
+    for kv in args.set or []:
+        key, eq, value = kv.partition("=")
+        if not eq:
+            raise UserError(f"--set {kv!r}: give KEY=VALUE (VALUE as JSON, e.g. prefetch=false).")
+        try:
+            over[key] = json.loads(value)
+        except json.JSONDecodeError:
+            over[key] = value
+    label = "".join(f"+{k}={json.dumps(v)}" for k, v in over.items())
+    out = work / "profile" / (args.only + label)
     shutil.rmtree(out, ignore_errors=True)  # a fresh run each time: the window from step 1
     cfgp = work / "configs" / f"profile-{args.only}.json"
     cfgp.parent.mkdir(parents=True, exist_ok=True)
@@ -535,14 +545,21 @@ def stage_profile(args) -> int:
                                 "resume": False, "profile_steps": [first, last],
                                 "stop_after_steps": last, "checkpoint_every": 0,
                                 "eval_at_tokens": [], "eval_every": 0,
-                                "eval_at_start": False}))
-    log(f"profile {args.only}: steps {first}-{last} into {out}")
+                                "eval_at_start": False, **over}))
+    log(f"profile {args.only}{label}: steps {first}-{last} into {out}")
     rc = subprocess.call(eagle3lab("train", "--config", str(cfgp)), cwd=ROOT)
     summary = out / "profile" / "summary.json"
     if rc or not summary.is_file():
-        log(f"profile {args.only}: train exited {rc}, no {summary}")
+        log(f"profile {args.only}{label}: train exited {rc}, no {summary}")
         return rc or 1
     print(summary.read_text())
+    # the rate before the window (the profiler slows the host): its second half, compiled
+    lines = {x["step"]: x for x in map(json.loads, (out / "metrics.jsonl").read_text()
+                                           .splitlines()) if x.get("train") is not None}
+    a, b = max(first // 2, 1), first - 1
+    if a < b and a in lines and b in lines:
+        rate = (lines[b]["tokens"] - lines[a]["tokens"]) / (lines[b]["wall_s"] - lines[a]["wall_s"])
+        log(f"profile {args.only}{label}: steps {a + 1}-{b} unprofiled: {rate:,.0f} tokens/s")
     return 0
 
 
@@ -742,6 +759,9 @@ def main(argv: list[str] | None = None) -> int:
                         "with FIRST..LAST under torch.profiler, into WORK/profile/NAME")
     pf.add_argument("--only", required=True, help="the planned run (its name in study.json)")
     pf.add_argument("--steps", type=int, nargs=2, required=True, metavar=("FIRST", "LAST"))
+    pf.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="a train setting changed (VALUE as JSON); the run goes to "
+                    "WORK/profile/NAME+KEY=VALUE")
     rf = sub.add_parser("reference", parents=[common], help="decode a drafter trained "
                         "elsewhere as the runs are decoded (after plan)")
     rf.add_argument("--drafter", required=True, help="its checkpoint directory")

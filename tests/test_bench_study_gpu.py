@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -137,10 +138,14 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
                                                   "data-all-wd0.01-s0"]
     # a planned run's first steps profiled beside the study, never in it
     name = study["arms"][1]["name"]
-    out = _run("profile", "--work", w, "--device", "cpu", "--only", name, "--steps", 2, 3)
-    summary = json.loads((w / "profile" / name / "profile/summary.json").read_text())
-    assert summary["steps"] == [2, 3] and summary["tokens"] > 0 and summary["regions"]
+    out = _run("profile", "--work", w, "--device", "cpu", "--only", name, "--steps", 4, 5,
+               "--set", "prefetch=false")
+    prof = w / "profile" / f"{name}+prefetch=false"
+    summary = json.loads((prof / "profile/summary.json").read_text())
+    assert summary["steps"] == [4, 5] and summary["tokens"] > 0 and summary["regions"]
     assert f'"tokens": {summary["tokens"]},' in out  # printed
+    assert json.loads((prof / "run.json").read_text())["config"]["prefetch"] is False
+    assert re.search(r"steps 3-3 unprofiled: [\d,]+ tokens/s", out), out
     assert not (w / "study/runs" / name).exists()
     out = _run("train", "--work", w, "--device", "cpu", "--jobs", 2, "--live-jobs", 2,
                "--warm-first", 600, "--live-early")

@@ -258,6 +258,10 @@ class TrainConfig(StrictConfig):
     data_workers: int = Field(-1, ge=-1, description="DataLoader processes that read and "
                               "collate the next steps while the device computes (-1: 2 on "
                               "CUDA, 0 on CPU; online: 0)", json_schema_extra=cli_group("data"))
+    prefetch: bool = Field(True, description="fetch the next step's batch (online: the "
+                           "target's forward) before the host waits for this step's numbers, "
+                           "so the device computes while the host prepares; changes nothing "
+                           "computed", json_schema_extra=cli_group("data"))
     grad_reduce_dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="under torchrun: dtype the gradients are averaged across ranks "
         "in (bfloat16 halves the bytes; DDP's bf16 compress hook / FSDP2's reduce_dtype)",
@@ -325,7 +329,7 @@ def check_train_overrides(overrides: dict[str, Any], where: str, *, reserved: se
 #: Settings that may differ when resuming (they do not change what is computed).
 _RESUME_FREE = {"resume", "stop_after_steps", "progress", "profile_steps", "device", "out",
                 "cpu_threads", "dist_timeout", "grad_accum",  # world size x grad_accum:
-                "data_workers"}  # distributed.py
+                "data_workers", "prefetch"}  # distributed.py
 
 
 def check_resume_settings(run_config: dict[str, Any], cfg: TrainConfig, out) -> None:

@@ -89,6 +89,30 @@ class _TermFlag:
             signal.signal(signal.SIGTERM, self._old)
             self._old = None
 
+class _Ahead:
+    """An iterator that can fetch its next item early (`prefetch`): the loop fetches step
+    k+1's batch after queuing step k's forward and backward and before it waits for step
+    k's numbers, so a device computes step k while the host makes the batch (online: the
+    target's forward, queued behind step k). The items and their order are unchanged."""
+
+    def __init__(self, items) -> None:
+        self._it = iter(items)
+        self._next: list[Any] = []
+
+    def __iter__(self) -> "_Ahead":
+        return self
+
+    def __next__(self) -> Any:
+        return self._next.pop() if self._next else next(self._it)
+
+    def prefetch(self) -> None:
+        if not self._next:
+            try:
+                self._next.append(next(self._it))
+            except StopIteration:
+                pass
+
+
 def train(*, verify: bool = True, **kwargs) -> dict[str, Any]:
     """Keyword form of `train_run` (notebooks and the CLI call this). Unknown or mistyped
     keys are refused. Returns the run summary (also stored in RUN_DIR/run.json).
@@ -352,8 +376,9 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
         while state["step"] < total_steps and not stopped:
             steps = train_data.steps(cfg.seed, state["epoch"], rank=d.rank,
                                      world_size=d.world_size, grad_accum=cfg.grad_accum)
-            collated = labelled(train_data.loader(steps[state["batch"]:], dtype,
-                                                  workers=workers, pin=cuda), REGIONS[0])
+            collated = _Ahead(labelled(train_data.loader(steps[state["batch"]:], dtype,
+                                                         workers=workers, pin=cuda),
+                                       REGIONS[0]))
             for bi, micro in zip(range(state["batch"], len(steps)), collated):
                 where["step"] = state["step"] + 1
                 distributed.fault_point(d, state["step"] + 1)
@@ -376,6 +401,8 @@ def _train_ranks(cfg: TrainConfig, d: Ranks, dev: str,
                                            step_count_tensor(m, batch["loss_mask"],
                                                              cfg.ttt_steps,
                                                              cfg.ttt_step_loss_decay)])
+                if cfg.prefetch and bi + 1 < len(steps):
+                    collated.prefetch()  # queued behind this step's work on the device
                 tokens = sum(train_data.batch_tokens(ids) for ids in steps[bi])
                 with record_function(REGIONS[2]):
                     gn = distributed.clip_grad_norm(params, cfg.grad_clip)

@@ -127,18 +127,20 @@ def test_online_trains_the_offline_drafter_on_the_real_target(tmp_path, default_
 # --- resume, the states cache (tiny sharp target) --------------------------------------
 def test_an_online_run_resumes_exactly(tmp_path, sharp_data, sharp_target_dir):
     """Stopped at step 5 (checkpoint 3) and resumed: the uninterrupted run's lines and
-    weights, into the second epoch (13 steps an epoch)."""
+    weights, into the second epoch (13 steps an epoch). Prefetching the next step's batch
+    (the default) changes nothing: a run without it, and a resume without it, alike."""
     from eagle3lab.train import train
 
     kw = _online_kw(sharp_data, sharp_target_dir, tmp_path / "a", max_steps=17)
     train(**kw)
     stopped = train(**{**kw, "out": str(tmp_path / "b"), "stop_after_steps": 5})
     assert stopped["status"] == "stopped"
-    train(**{**kw, "out": str(tmp_path / "b"), "resume": True})
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert len(_lines(a)) == 18 and _lines(a) == _lines(b)
+    train(**{**kw, "out": str(tmp_path / "b"), "resume": True, "prefetch": False})
+    train(**{**kw, "out": str(tmp_path / "c"), "prefetch": False})
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    assert len(_lines(a)) == 18 and _lines(a) == _lines(b) == _lines(c)
     wa, wb = _weights(a), _weights(b)
-    assert _max_diff(wa, wb) == 0.0
+    assert _max_diff(wa, wb) == 0.0 and _max_diff(wa, _weights(c)) == 0.0
     run = json.loads((a / "run.json").read_text())
     assert run["data"]["train"]["source"] == "online" and run["config"]["online"] is True
     assert run["plan"]["total_steps"] == 17 and run["data"]["train_samples"] == 48

@@ -556,8 +556,10 @@ def stage_profile(args) -> int:
     # the rate before the window (the profiler slows the host): its second half, compiled
     lines = {x["step"]: x for x in map(json.loads, (out / "metrics.jsonl").read_text()
                                            .splitlines()) if x.get("train") is not None}
-    a, b = max(first // 2, 1), first - 1
-    if a < b and a in lines and b in lines:
+    # the logged steps (log_every) in the second half before the window
+    logged = [k for k in sorted(lines) if first // 2 <= k < first]
+    if len(logged) >= 2:
+        a, b = logged[0], logged[-1]
         rate = (lines[b]["tokens"] - lines[a]["tokens"]) / (lines[b]["wall_s"] - lines[a]["wall_s"])
         log(f"profile {args.only}{label}: steps {a + 1}-{b} unprofiled: {rate:,.0f} tokens/s")
     return 0

@@ -80,6 +80,14 @@ def config_sha256(config_dict: dict[str, Any]) -> str:
     return sha256_bytes(json.dumps(clean, sort_keys=True, default=str).encode())
 
 
+#: SDPA kernels the target's attention may use when `Target.features` computes states on
+#: CUDA: every one but cuDNN's. Its host cost per call (0.67 ms on an H100, torch 2.11: one
+#: call per layer per forward, 30 for the default target) left online training host-bound
+#: at ~110k tokens/s with the GPU a third busy (docs/study.md, session 21); flash and
+#: memory-efficient attention compute the same states to bf16 rounding. CPU: unchanged.
+FEATURE_SDPA = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+
+
 class Target:
     """A loaded target model with its tokenizer and shape facts."""
 
@@ -98,6 +106,9 @@ class Target:
         self.chat_template: str | None = getattr(tokenizer, "chat_template", None)
         self.config_sha256 = config_sha256(cfg.to_dict())
         self._layers, self._final_norm = _find_layers(model)
+        #: the SDPA kernels `features` lets the target's attention use on CUDA (None:
+        #: torch's own choice); see `FEATURE_SDPA`
+        self.sdpa_backends: list[str] | None = list(FEATURE_SDPA)
 
     @property
     def device(self):
@@ -161,13 +172,22 @@ class Target:
         import torch
 
         aux = aux or self.aux_layers()
-        with torch.inference_mode(), self.capture(aux) as store:
+        with torch.inference_mode(), self.capture(aux) as store, \
+                self._sdpa(input_ids.device.type == "cuda"):
             self._base_forward(input_ids, attention_mask)
             # a device-mapped target leaves each state on its layer's GPU: gather them on
             # the inputs' device (a no-op on one device)
             fused = torch.cat([a.to(input_ids.device) for a in store["aux"]], dim=-1)
             last = store["last"].to(input_ids.device)
         return fused, last
+
+    def _sdpa(self, cuda: bool):
+        """The attention kernels `features` allows (`sdpa_backends`), on CUDA only."""
+        if not cuda or self.sdpa_backends is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel([getattr(SDPBackend, b) for b in self.sdpa_backends])
 
     def _base_forward(self, input_ids, attention_mask=None):
         base = getattr(self.model, "model", None) or self.model.base_model

@@ -1,0 +1,115 @@
+"""The target's forward in online training, attention by cuDNN vs without it: side by side.
+
+Prevents keeping (or dropping) an attention kernel on a guess. Online training computes a
+micro-batch's states in `OnlineSet.samples` (the target's padded forwards, the loop's
+"batch" region); on an H100 its host time, not the GPU, set the pace (docs/study.md,
+session 21: cuDNN's SDPA took 0.67 ms of host time a call). This runs the first --steps
+micro-batches of a train config's online data through `samples` twice each, alternating,
+once with `Target.sdpa_backends` = None (torch's choice: cuDNN where it takes the shape)
+and once with eagle3lab's default (`FEATURE_SDPA`: every kernel but cuDNN's), and prints
+per micro-batch the host milliseconds until `samples` returns and the wall milliseconds
+until the device has finished, their ratios, and the largest difference between the two
+kernels' states (bf16 rounding). The first --warmup micro-batches are not counted.
+
+    python3 -P bench/target_sdpa.py --config TRAIN.json --steps 60      # a GPU
+    .venv/bin/python bench/target_sdpa.py --config TRAIN.json --steps 4 --warmup 1 # CPU: the
+        # path only (on the CPU both settings are the same kernels)
+Writes --out (JSON) if given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True, help="an online train config JSON "
+                    "(`eagle3lab train --config`; its conversations, target and batch size)")
+    ap.add_argument("--steps", type=int, default=60, help="micro-batches timed")
+    ap.add_argument("--warmup", type=int, default=5, help="micro-batches not counted")
+    ap.add_argument("--device", default=None, help="overrides the config's device")
+    ap.add_argument("--out", default=None, help="write the figures here (JSON)")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from eagle3lab.distributed import Ranks
+    from eagle3lab.fsutil import atomic_write_json, read_json_object
+    from eagle3lab.targets.adapter import FEATURE_SDPA, resolve_device
+    from eagle3lab.train.config import TrainConfig
+    from eagle3lab.train.online import prepare_online
+
+    raw = read_json_object(Path(args.config), what="train config",
+                           fix="Give an online train config (`eagle3lab train --config`).")
+    if args.device:
+        raw["device"] = args.device
+    raw["states_cache"] = False  # every call computes its states
+    cfg = TrainConfig.from_dict(raw, args.config)
+    dev = resolve_device(cfg.device)
+    train_set, data, *_ = prepare_online(cfg, dist=Ranks(device=dev), verbose=True)
+    tgt = train_set.target
+    cuda = dev.startswith("cuda")
+    micro = [[int(i) for i in m] for step in data.steps(cfg.seed, 0, rank=0, world_size=1,
+                                                        grad_accum=cfg.grad_accum)
+             for m in step][:args.warmup + args.steps]
+    settings = {"torch": None, "eagle3lab": list(FEATURE_SDPA)}
+    times = {k: {"host_ms": [], "wall_ms": []} for k in settings}
+    worst = 0.0
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    for n, ids in enumerate(micro):
+        out = {}
+        for name, backends in settings.items():
+            tgt.sdpa_backends = backends
+            sync()
+            t0 = time.perf_counter()
+            got = train_set.samples(ids)
+            t1 = time.perf_counter()
+            sync()
+            t2 = time.perf_counter()
+            out[name] = got
+            if n >= args.warmup:
+                times[name]["host_ms"].append((t1 - t0) * 1e3)
+                times[name]["wall_ms"].append((t2 - t0) * 1e3)
+        for a, b in zip(out["torch"], out["eagle3lab"]):
+            for key in ("hidden_states", "verifier_last_hidden_states"):
+                worst = max(worst, float((a[key].float() - b[key].float()).abs().max()))
+    tgt.sdpa_backends = list(FEATURE_SDPA)
+    lengths = train_set.lengths()
+    tokens = sum(lengths[i] for ids in micro[args.warmup:] for i in ids)
+    res = {"device": torch.cuda.get_device_name() if cuda else "cpu",
+           "micro_batches": len(micro) - args.warmup, "tokens": tokens,
+           "max_abs_state_diff": worst, "settings": {}}
+    print(f"{res['micro_batches']} micro-batches ({tokens:,} tokens) on {res['device']}, "
+          f"each through the target twice (alternating):")
+    for name in settings:
+        h, w = (sum(times[name][k]) / max(len(times[name][k]), 1) for k in ("host_ms", "wall_ms"))
+        res["settings"][name] = {"backends": settings[name], "host_ms": h, "wall_ms": w}
+        print(f"  {name:<10} sdpa {settings[name] or 'torch chooses (cuDNN where it can)'}: "
+              f"host {h:.2f} ms, wall {w:.2f} ms a micro-batch")
+    t, e = res["settings"]["torch"], res["settings"]["eagle3lab"]
+    res["ratios"] = {"host": t["host_ms"] / e["host_ms"] if e["host_ms"] else None,
+                     "wall": t["wall_ms"] / e["wall_ms"] if e["wall_ms"] else None}
+    print(f"  torch / eagle3lab: host x{res['ratios']['host']:.2f}, wall "
+          f"x{res['ratios']['wall']:.2f}; largest state difference {worst:.3g}")
+    if args.out:
+        atomic_write_json(Path(args.out), res)
+    return 0
+
+
+if __name__ == "__main__":
+    from eagle3lab.cli import bench_main
+
+    raise SystemExit(bench_main("target_sdpa.py", main))

@@ -1,0 +1,39 @@
+"""bench/target_sdpa.py on the CPU, a tiny target: every micro-batch goes through the
+target once per setting, both settings are timed over the same micro-batches and tokens,
+the ratios are the settings' means, and on the CPU (where `features` leaves the kernel to
+torch either way) the two settings' states are equal."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eagle3lab.workdir import WorkDir
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "target_sdpa.py"
+
+
+def test_both_settings_timed_on_the_same_micro_batches(tmp_path, sharp_data, sharp_target_dir):
+    convs = WorkDir(Path(sharp_data["train"]).parent.parent).responses("train")
+    cfg = tmp_path / "train.json"
+    cfg.write_text(json.dumps({"online": True, "conversations": str(convs),
+                               "target": str(sharp_target_dir), "out": str(tmp_path / "run"),
+                               "draft_vocab_size": 64, "max_tokens_per_batch": 256,
+                               "cpu_threads": 1, "progress": False}))
+    r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--config", str(cfg), "--steps", "3",
+                        "--warmup", "1", "--out", str(tmp_path / "res.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads((tmp_path / "res.json").read_text())
+    assert res["device"] == "cpu" and res["micro_batches"] == 3 and res["tokens"] > 0
+    t, e = res["settings"]["torch"], res["settings"]["eagle3lab"]
+    assert t["backends"] is None
+    assert e["backends"] == ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]
+    assert all(s["host_ms"] > 0 and s["wall_ms"] >= s["host_ms"] for s in (t, e))
+    assert res["ratios"]["host"] == pytest.approx(t["host_ms"] / e["host_ms"])
+    assert res["max_abs_state_diff"] == 0.0
+    assert "torch / eagle3lab: host x" in r.stdout

@@ -73,8 +73,10 @@ def summarize(events: Any, *, wall_s: float, tokens: int, steps: list[int],
     """summary.json's record from torch.profiler's `events()` (FunctionEvents)."""
     from torch.autograd import DeviceType
 
+    # the device's kernels, copies and sets; not the loop's regions, which the profiler
+    # also marks on the device (user annotations spanning their kernels and the gaps)
     dev = [(e.time_range.start, e.time_range.end) for e in events
-           if e.device_type != DeviceType.CPU]
+           if e.device_type != DeviceType.CPU and e.name not in REGIONS]
     sync: dict[str, float] = {}
     spans = []
     for e in events:

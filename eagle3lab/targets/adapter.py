@@ -81,10 +81,11 @@ def config_sha256(config_dict: dict[str, Any]) -> str:
 
 
 #: SDPA kernels the target's attention may use when `Target.features` computes states on
-#: CUDA: every one but cuDNN's. Its host cost per call (0.67 ms on an H100, torch 2.11: one
+#: CUDA: every one but cuDNN's. Its host cost per call (0.64 ms on an H100, torch 2.11: one
 #: call per layer per forward, 30 for the default target) left online training host-bound
-#: at ~110k tokens/s with the GPU a third busy (docs/study.md, session 21); flash and
-#: memory-efficient attention compute the same states to bf16 rounding. CPU: unchanged.
+#: at ~110k tokens/s with the GPU a third busy; without it ~150k (docs/study.md, session
+#: 21; bench/target_sdpa.py: the target's forwards x3.5 faster). The states differ from
+#: cuDNN's as two bf16 kernels' do (1.7 % relative L1 there). CPU: unchanged.
 FEATURE_SDPA = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
 
 

@@ -243,7 +243,7 @@ class ExtractStage(Stage[ExtractConfig]):
             "params": {"samples_per_shard": cfg.samples_per_shard,
                        "max_seq_len": cfg.max_seq_len,
                        "max_tokens_per_batch": cfg.max_tokens_per_batch, "limit": cfg.limit,
-                       "model_dtype": cfg.model_dtype},
+                       "model_dtype": cfg.model_dtype, "target_attention": tgt.attention()},
             "shards": [],
         }
         self.lengths_all = [min(len(c["input_ids"]), cfg.max_seq_len) for c in convs]

@@ -182,6 +182,13 @@ class Target:
             last = store["last"].to(input_ids.device)
         return fused, last
 
+    def attention(self) -> dict[str, Any]:
+        """What computes the target's attention in `features` (shard sets and online runs
+        record it: the states depend on the kernel by rounding)."""
+        return {"implementation": getattr(self.model.config, "_attn_implementation", None),
+                "sdpa_backends_on_cuda": (list(self.sdpa_backends)
+                                          if self.sdpa_backends is not None else None)}
+
     def _sdpa(self, cuda: bool):
         """The attention kernels `features` allows (`sdpa_backends`), on CUDA only."""
         if not cuda or self.sdpa_backends is None:

@@ -160,6 +160,9 @@ def shard_identity(shards) -> dict[str, Any]:
              "samples": len(shards), "tokens": shards.num_tokens}
     if m.get("source"):  # an online set: "online"
         ident["source"] = m["source"]
+    attention = (m.get("params") or {}).get("target_attention")
+    if attention:  # what computed the target's attention (the states depend on it)
+        ident["target_attention"] = attention
     return ident
 
 

@@ -89,6 +89,7 @@ class _TermFlag:
             signal.signal(signal.SIGTERM, self._old)
             self._old = None
 
+
 class _Ahead:
     """An iterator that can fetch its next item early (`prefetch`): the loop fetches step
     k+1's batch after queuing step k's forward and backward and before it waits for step

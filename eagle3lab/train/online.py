@@ -128,7 +128,8 @@ class OnlineSet(ShardSet):
                               "records_used": self.num_samples},
             "rendering": conversations_rendering(path),  # as their meta file recorded it
             "params": {"max_seq_len": max_seq_len, "model_dtype": model_dtype,
-                       "forward_tokens": forward_tokens, "states_cache": cache},
+                       "forward_tokens": forward_tokens, "states_cache": cache,
+                       "target_attention": target.attention()},
             "totals": {"samples": self.num_samples, "tokens": total,
                        "loss_tokens": int(self._mask.sum())},
         }

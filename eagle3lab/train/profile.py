@@ -73,10 +73,12 @@ def summarize(events: Any, *, wall_s: float, tokens: int, steps: list[int],
     """summary.json's record from torch.profiler's `events()` (FunctionEvents)."""
     from torch.autograd import DeviceType
 
-    # the device's kernels, copies and sets; not the loop's regions, which the profiler
-    # also marks on the device (user annotations spanning their kernels and the gaps)
+    # the device's kernels, copies and sets; not the marks the profiler puts on the device
+    # for each record_function (the loop's regions, inductor's graph calls): they span
+    # their kernels and the gaps between them (torch's own tables leave them out alike)
     dev = [(e.time_range.start, e.time_range.end) for e in events
-           if e.device_type != DeviceType.CPU and e.name not in REGIONS]
+           if e.device_type != DeviceType.CPU and e.name not in REGIONS
+           and not getattr(e, "is_user_annotation", False)]
     sync: dict[str, float] = {}
     spans = []
     for e in events:

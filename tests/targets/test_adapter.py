@@ -64,3 +64,29 @@ def test_hooks_are_removed(tiny_target):
     for layer in tiny_target.model.model.layers:
         assert not layer._forward_pre_hooks
     assert not tiny_target.model.model.norm._forward_pre_hooks
+
+
+def test_features_keep_the_attention_off_cudnn_on_cuda_only(tiny_target):
+    """On CUDA `features` runs inside sdpa_kernel(FEATURE_SDPA): cuDNN's kernel disabled,
+    the others allowed, torch's flags restored after; on the CPU, or with sdpa_backends
+    None, torch chooses. The record names both."""
+    from eagle3lab.targets.adapter import FEATURE_SDPA
+
+    cuda = torch.backends.cuda
+    before = cuda.cudnn_sdp_enabled()
+    with tiny_target._sdpa(True):
+        assert not cuda.cudnn_sdp_enabled()
+        assert cuda.flash_sdp_enabled() and cuda.mem_efficient_sdp_enabled()
+        assert cuda.math_sdp_enabled()
+    assert cuda.cudnn_sdp_enabled() == before
+    with tiny_target._sdpa(False):
+        assert cuda.cudnn_sdp_enabled() == before
+    assert tiny_target.attention() == {"implementation": "sdpa",
+                                       "sdpa_backends_on_cuda": list(FEATURE_SDPA)}
+    tiny_target.sdpa_backends = None
+    try:
+        with tiny_target._sdpa(True):
+            assert cuda.cudnn_sdp_enabled() == before
+        assert tiny_target.attention()["sdpa_backends_on_cuda"] is None
+    finally:
+        tiny_target.sdpa_backends = list(FEATURE_SDPA)

@@ -143,6 +143,10 @@ def test_an_online_run_resumes_exactly(tmp_path, sharp_data, sharp_target_dir):
     assert _max_diff(wa, wb) == 0.0 and _max_diff(wa, _weights(c)) == 0.0
     run = json.loads((a / "run.json").read_text())
     assert run["data"]["train"]["source"] == "online" and run["config"]["online"] is True
+    # what computed the target's attention (on the CPU torch's sdpa; on CUDA not cuDNN's)
+    assert run["data"]["train"]["target_attention"] == {
+        "implementation": "sdpa",
+        "sdpa_backends_on_cuda": ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]}
     assert run["plan"]["total_steps"] == 17 and run["data"]["train_samples"] == 48
 
 

@@ -91,7 +91,7 @@ def test_a_bad_window_is_one_line(tmp_path, steps):
 def test_busy_and_sync_time_count_overlaps_once():
     """summarize() on the profiler's own event class: two overlapping kernels and one apart
     (device), a stream synchronise twice, a scalar read holding the first, and an unrelated
-    host op (CPU); a loop region's device-side mark is not counted as busy."""
+    host op (CPU); device-side marks of record_functions are not counted as busy."""
     from torch.autograd import DeviceType
     from torch.autograd.profiler_util import FunctionEvent
 
@@ -107,8 +107,11 @@ def test_busy_and_sync_time_count_overlaps_once():
               ev(5, "cudaStreamSynchronize", 600_000, 700_000),
               ev(6, "aten::_local_scalar_dense", 140_000, 360_000),  # holds the first
               ev(7, "aten::mm", 0, 900_000),
-              # a region of the loop, marked on the device too: not device work
-              ev(8, "e3l.batch", 0, 900_000, DeviceType.CUDA)]
+              # a region of the loop and a compiled graph's call, marked on the device
+              # too (user annotations): not device work
+              ev(8, "e3l.batch", 0, 900_000, DeviceType.CUDA),
+              FunctionEvent(9, "## Call CompiledFxGraph abc", 0, 0, 800_000,
+                            device_type=DeviceType.CUDA, is_user_annotation=True)]
     s = summarize(events, wall_s=1.0, tokens=1000, steps=[2, 3], device=True)
     assert s["device_busy_s"] == pytest.approx(0.25)  # 0-150 ms and 400-500 ms
     assert s["device_busy_share"] == pytest.approx(0.25)

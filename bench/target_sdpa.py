@@ -9,7 +9,9 @@ once with `Target.sdpa_backends` = None (torch's choice: cuDNN where it takes th
 and once with eagle3lab's default (`FEATURE_SDPA`: every kernel but cuDNN's), and prints
 per micro-batch the host milliseconds until `samples` returns and the wall milliseconds
 until the device has finished, their ratios, and how far the two kernels' states differ
-(the largest difference beside the largest |state|, and sum |a - b| / sum |a|). The first --warmup micro-batches are not counted.
+(the largest difference beside the largest |state|, and sum |a - b| / sum |a|); with
+--fp32-reference, how far each is from the same forwards in fp32 (math attention): which
+kernel's states are nearer the exact ones. The first --warmup micro-batches are not counted.
 
     python3 -P bench/target_sdpa.py --config TRAIN.json --steps 60      # a GPU
     .venv/bin/python bench/target_sdpa.py --config TRAIN.json --steps 4 --warmup 1 # CPU: the
@@ -38,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5, help="micro-batches not counted")
     ap.add_argument("--device", default=None, help="overrides the config's device")
     ap.add_argument("--out", default=None, help="write the figures here (JSON)")
+    ap.add_argument("--fp32-reference", action="store_true",
+                    help="also run each micro-batch in fp32 (math attention) and say how far "
+                    "each setting's states are from it (not timed)")
     args = ap.parse_args(argv)
 
     import torch
@@ -65,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     times = {k: {"host_ms": [], "wall_ms": []} for k in settings}
     worst = peak = 0.0
     l1 = [0.0, 0.0]  # sum |torch - eagle3lab|, sum |torch|
+    # sum |setting - fp32|, sum |fp32|; "storage": the fp32 states in the states' dtype
+    to_fp32 = {k: [0.0, 0.0] for k in [*settings, "storage"]}
 
     def sync() -> None:
         if cuda:
@@ -91,6 +98,23 @@ def main(argv: list[str] | None = None) -> int:
                 peak = max(peak, float(x.abs().max()))
                 l1[0] += float((x - y).abs().sum())
                 l1[1] += float(x.abs().sum())
+        if args.fp32_reference:  # the same forwards in fp32 (math attention), kept fp32
+            dtype, store = tgt.dtype, train_set.store_dtype
+            tgt.model.float()
+            tgt.sdpa_backends, train_set.store_dtype = ["MATH"], torch.float32
+            try:
+                ref = train_set.samples(ids)
+            finally:
+                tgt.model.to(dtype)  # bf16 -> fp32 -> bf16 is exact
+                train_set.store_dtype = store
+            for name in [*settings, "storage"]:
+                for a, r in zip(out.get(name, ref), ref):
+                    for key in ("hidden_states", "verifier_last_hidden_states"):
+                        y = r[key]
+                        # "storage": fp32 rounded to the states' dtype, the floor of both
+                        x = (a[key] if name != "storage" else y.to(store)).float()
+                        to_fp32[name][0] += float((x - y).abs().sum())
+                        to_fp32[name][1] += float(y.abs().sum())
     tgt.sdpa_backends = list(FEATURE_SDPA)
     lengths = train_set.lengths()
     tokens = sum(lengths[i] for ids in micro[args.warmup:] for i in ids)
@@ -102,9 +126,18 @@ def main(argv: list[str] | None = None) -> int:
           f"each through the target twice (alternating):")
     for name in settings:
         h, w = (sum(times[name][k]) / max(len(times[name][k]), 1) for k in ("host_ms", "wall_ms"))
-        res["settings"][name] = {"backends": settings[name], "host_ms": h, "wall_ms": w}
+        d, r = to_fp32[name]
+        res["settings"][name] = {"backends": settings[name], "host_ms": h, "wall_ms": w,
+                                 "relative_l1_to_fp32": d / r if args.fp32_reference and r
+                                 else None}
         print(f"  {name:<10} sdpa {settings[name] or 'torch chooses (cuDNN where it can)'}: "
-              f"host {h:.2f} ms, wall {w:.2f} ms a micro-batch")
+              f"host {h:.2f} ms, wall {w:.2f} ms a micro-batch"
+              + (f"; states {d / r:.3g} relative L1 from fp32" if args.fp32_reference and r
+                 else ""))
+    if args.fp32_reference and to_fp32["storage"][1]:
+        res["storage_relative_l1_to_fp32"] = to_fp32["storage"][0] / to_fp32["storage"][1]
+        print(f"  (the fp32 states rounded to {train_set.store_dtype}: "
+              f"{res['storage_relative_l1_to_fp32']:.3g} relative L1 from fp32)")
     t, e = res["settings"]["torch"], res["settings"]["eagle3lab"]
     res["ratios"] = {"host": t["host_ms"] / e["host_ms"] if e["host_ms"] else None,
                      "wall": t["wall_ms"] / e["wall_ms"] if e["wall_ms"] else None}

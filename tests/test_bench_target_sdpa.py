@@ -1,7 +1,8 @@
 """bench/target_sdpa.py on the CPU, a tiny target: every micro-batch goes through the
 target once per setting, both settings are timed over the same micro-batches and tokens,
 the ratios are the settings' means, and on the CPU (where `features` leaves the kernel to
-torch either way) the two settings' states are equal."""
+torch either way) the two settings' states are equal, and as far from the fp32 reference
+as their bf16 storage (the tiny target runs in fp32)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def test_both_settings_timed_on_the_same_micro_batches(tmp_path, sharp_data, sha
                                "draft_vocab_size": 64, "max_tokens_per_batch": 256,
                                "cpu_threads": 1, "progress": False}))
     r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--config", str(cfg), "--steps", "3",
-                        "--warmup", "1", "--out", str(tmp_path / "res.json")],
+                        "--warmup", "1", "--out", str(tmp_path / "res.json"),
+                        "--fp32-reference"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads((tmp_path / "res.json").read_text())
@@ -37,4 +39,10 @@ def test_both_settings_timed_on_the_same_micro_batches(tmp_path, sharp_data, sha
     assert res["ratios"]["host"] == pytest.approx(t["host_ms"] / e["host_ms"])
     assert res["max_abs_state_diff"] == 0.0 == res["relative_l1_state_diff"]
     assert res["max_abs_state"] > 0
+    # an fp32 target here: its fp32 reference is the same forwards, so each setting is as
+    # far from it as rounding to the states' dtype (bf16) takes them, and no further
+    floor = res["storage_relative_l1_to_fp32"]
+    assert 0 < floor < 0.01
+    assert t["relative_l1_to_fp32"] == pytest.approx(floor) == e["relative_l1_to_fp32"]
+    assert "relative L1 from fp32" in r.stdout
     assert "torch / eagle3lab: host x" in r.stdout

@@ -73,22 +73,25 @@ def summarize(events: Any, *, wall_s: float, tokens: int, steps: list[int],
     """summary.json's record from torch.profiler's `events()` (FunctionEvents)."""
     from torch.autograd import DeviceType
 
-    # the device's kernels, copies and sets; not the marks the profiler puts on the device
-    # for each record_function (the loop's regions, inductor's graph calls): they span
-    # their kernels and the gaps between them (torch's own tables leave them out alike)
-    dev = [(e.time_range.start, e.time_range.end) for e in events
-           if e.device_type != DeviceType.CPU and e.name not in REGIONS
-           and not getattr(e, "is_user_annotation", False)]
+    dev, spans = [], []
     sync: dict[str, float] = {}
-    spans = []
-    for e in events:
-        if e.device_type == DeviceType.CPU and e.name in SYNC_CALLS:
-            spans.append((e.time_range.start, e.time_range.end))
-            sync[e.name] = sync.get(e.name, 0.0) + (e.time_range.end - e.time_range.start) / 1e6
+    by_region: dict[str, list[Any]] = {name: [] for name in REGIONS}
+    for e in events:  # one pass: a window holds hundreds of thousands of events
+        span = (e.time_range.start, e.time_range.end)
+        if e.device_type != DeviceType.CPU:
+            # the device's kernels, copies and sets; not the marks the profiler puts on the
+            # device for each record_function (the loop's regions, inductor's graph calls):
+            # they span their kernels and the gaps between them (torch's tables skip them too)
+            if e.name not in REGIONS and not getattr(e, "is_user_annotation", False):
+                dev.append(span)
+        elif e.name in SYNC_CALLS:
+            spans.append(span)
+            sync[e.name] = sync.get(e.name, 0.0) + (span[1] - span[0]) / 1e6
+        elif e.name in by_region:
+            by_region[e.name].append(e)
     busy = _union_seconds(dev) if device else None
     regions: dict[str, dict[str, Any]] = {}
-    for name in REGIONS:
-        mine = [e for e in events if e.device_type == DeviceType.CPU and e.name == name]
+    for name, mine in by_region.items():
         regions[name] = {
             "count": len(mine),
             "host_s": _union_seconds([(e.time_range.start, e.time_range.end) for e in mine]),

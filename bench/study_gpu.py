@@ -512,6 +512,32 @@ def stage_train(args) -> int:
     return 1 if failed else 0
 
 
+def _planned_arm(work: Path, name: str) -> dict:
+    """The arm `name` of WORK's study.json (after plan)."""
+    from eagle3lab.errors import UserError
+    from eagle3lab.study.atscale import read_study
+
+    arm = next((a for a in read_study(work / "study")["arms"] if a["name"] == name), None)
+    if arm is None:
+        raise UserError(f"--only: no run named {name} in {work / 'study' / 'study.json'}.")
+    return arm
+
+
+def stage_config(args) -> int:
+    """One planned run's train config for the bench scripts that read one
+    (bench/target_sdpa.py): WORK/configs/bench-NAME.json, on --device, its out under
+    WORK/bench/NAME (never the study's run). Prints the path."""
+    work = Path(args.work)
+    arm = _planned_arm(work, args.only)
+    cfgp = work / "configs" / f"bench-{args.only}.json"
+    cfgp.parent.mkdir(parents=True, exist_ok=True)
+    cfgp.write_text(json.dumps({**arm["train"], "device": args.device,
+                                "out": str(work / "bench" / args.only), "resume": False}))
+    log(f"config {args.only}: {cfgp}")
+    print(cfgp)
+    return 0
+
+
 def stage_profile(args) -> int:
     """One planned run's first steps, FIRST..LAST under torch.profiler (train's
     profile_steps), into WORK/profile/NAME (never the study's run): where an online run's
@@ -519,13 +545,9 @@ def stage_profile(args) -> int:
     import shutil
 
     from eagle3lab.errors import UserError
-    from eagle3lab.study.atscale import read_study
 
     work = Path(args.work)
-    study = read_study(work / "study")
-    arm = next((a for a in study["arms"] if a["name"] == args.only), None)
-    if arm is None:
-        raise UserError(f"--only: no run named {args.only} in {work / 'study' / 'study.json'}.")
+    arm = _planned_arm(work, args.only)
     first, last = args.steps
     over = {}
     for kv in args.set or []:
@@ -764,6 +786,9 @@ def main(argv: list[str] | None = None) -> int:
     pf.add_argument("--set", action="append", metavar="KEY=VALUE",
                     help="a train setting changed (VALUE as JSON); the run goes to "
                     "WORK/profile/NAME+KEY=VALUE")
+    cf = sub.add_parser("config", parents=[common], help="one planned run's train config "
+                        "for a bench script, WORK/configs/bench-NAME.json (after plan)")
+    cf.add_argument("--only", required=True, help="the planned run (its name in study.json)")
     rf = sub.add_parser("reference", parents=[common], help="decode a drafter trained "
                         "elsewhere as the runs are decoded (after plan)")
     rf.add_argument("--drafter", required=True, help="its checkpoint directory")
@@ -780,7 +805,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("data needs --target")
     return {"data": stage_data, "unpack": stage_unpack, "describe": stage_describe,
             "weak": stage_weak, "plan": stage_plan, "reference": stage_reference,
-            "train": stage_train, "profile": stage_profile, "restore": stage_restore,
+            "train": stage_train, "profile": stage_profile, "config": stage_config,
+            "restore": stage_restore,
             "collect": stage_collect}[args.stage](args)
 
 

@@ -11,9 +11,14 @@ per micro-batch the host milliseconds until `samples` returns and the wall milli
 until the device has finished, their ratios, and how far the two kernels' states differ
 (the largest difference beside the largest |state|, and sum |a - b| / sum |a|); with
 --fp32-reference, how far each is from the same forwards in fp32 (math attention): which
-kernel's states are nearer the exact ones. The first --warmup micro-batches are not counted.
+kernel's states are nearer the exact ones. With --compiled, a third setting: eagle3lab's
+kernels with the target's base model compiled (`Target.compile`, what online training's
+`target_compile` does), its graphs and graph breaks counted: whether compiling the target's
+forward takes host time off a step (session 22). The first --warmup micro-batches are not counted (the
+compile happens there).
 
     python3 -P bench/target_sdpa.py --config TRAIN.json --steps 60      # a GPU
+    python3 -P bench/target_sdpa.py --config TRAIN.json --steps 60 --compiled --fp32-reference
     .venv/bin/python bench/target_sdpa.py --config TRAIN.json --steps 4 --warmup 1 # CPU: the
         # path only (on the CPU both settings are the same kernels)
 Writes --out (JSON) if given.
@@ -43,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fp32-reference", action="store_true",
                     help="also run each micro-batch in fp32 (math attention) and say how far "
                     "each setting's states are from it (not timed)")
+    ap.add_argument("--compiled", action="store_true",
+                    help="a third setting: the target's base model compiled (torch.compile, "
+                    "dynamic shapes), eagle3lab's kernels")
+    ap.add_argument("--compile-backend", default="inductor",
+                    help="torch.compile's backend for --compiled (eager: dynamo's capture "
+                    "only, the CPU test)")
     args = ap.parse_args(argv)
 
     import torch
@@ -67,9 +78,22 @@ def main(argv: list[str] | None = None) -> int:
                                                         grad_accum=cfg.grad_accum)
              for m in step][:args.warmup + args.steps]
     settings = {"torch": None, "eagle3lab": list(FEATURE_SDPA)}
+    if args.compiled:  # the hooks registered once: what online training's target_compile does
+        settings["compiled"] = list(FEATURE_SDPA)
+        tgt.compile(train_set.aux_layers, backend=args.compile_backend)
+    res = _measure(args, torch, train_set, micro, settings, cuda)
+    tgt.sdpa_backends = list(FEATURE_SDPA)
+    if args.out:
+        atomic_write_json(Path(args.out), res)
+    return 0
+
+
+def _measure(args, torch, train_set, micro, settings, cuda: bool) -> dict:
+    tgt = train_set.target
     times = {k: {"host_ms": [], "wall_ms": []} for k in settings}
-    worst = peak = 0.0
-    l1 = [0.0, 0.0]  # sum |torch - eagle3lab|, sum |torch|
+    # per setting, against eagle3lab's default: largest |a - b|, sum |a - b|, sum |b|
+    diff = {k: [0.0, 0.0, 0.0] for k in settings if k != "eagle3lab"}
+    peak = 0.0
     # sum |setting - fp32|, sum |fp32|; "storage": the fp32 states in the states' dtype
     to_fp32 = {k: [0.0, 0.0] for k in [*settings, "storage"]}
 
@@ -81,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         out = {}
         for name, backends in settings.items():
             tgt.sdpa_backends = backends
+            tgt.use_compiled = name == "compiled"
             sync()
             t0 = time.perf_counter()
             got = train_set.samples(ids)
@@ -91,13 +116,15 @@ def main(argv: list[str] | None = None) -> int:
             if n >= args.warmup:
                 times[name]["host_ms"].append((t1 - t0) * 1e3)
                 times[name]["wall_ms"].append((t2 - t0) * 1e3)
-        for a, b in zip(out["torch"], out["eagle3lab"]):
-            for key in ("hidden_states", "verifier_last_hidden_states"):
-                x, y = a[key].float(), b[key].float()
-                worst = max(worst, float((x - y).abs().max()))
-                peak = max(peak, float(x.abs().max()))
-                l1[0] += float((x - y).abs().sum())
-                l1[1] += float(x.abs().sum())
+        tgt.use_compiled = False
+        for name, d in diff.items():
+            for a, b in zip(out[name], out["eagle3lab"]):
+                for key in ("hidden_states", "verifier_last_hidden_states"):
+                    x, y = a[key].float(), b[key].float()
+                    d[0] = max(d[0], float((x - y).abs().max()))
+                    peak = max(peak, float(y.abs().max()))
+                    d[1] += float((x - y).abs().sum())
+                    d[2] += float(y.abs().sum())
         if args.fp32_reference:  # the same forwards in fp32 (math attention), kept fp32
             dtype, store = tgt.dtype, train_set.store_dtype
             tgt.model.float()
@@ -115,38 +142,57 @@ def main(argv: list[str] | None = None) -> int:
                         x = (a[key] if name != "storage" else y.to(store)).float()
                         to_fp32[name][0] += float((x - y).abs().sum())
                         to_fp32[name][1] += float(y.abs().sum())
-    tgt.sdpa_backends = list(FEATURE_SDPA)
     lengths = train_set.lengths()
     tokens = sum(lengths[i] for ids in micro[args.warmup:] for i in ids)
+    d = diff["torch"]
     res = {"device": torch.cuda.get_device_name() if cuda else "cpu",
            "micro_batches": len(micro) - args.warmup, "tokens": tokens,
-           "max_abs_state_diff": worst, "max_abs_state": peak,
-           "relative_l1_state_diff": l1[0] / l1[1] if l1[1] else 0.0, "settings": {}}
+           # torch's choice against eagle3lab's kernels (the names session 21 wrote)
+           "max_abs_state_diff": d[0], "max_abs_state": peak,
+           "relative_l1_state_diff": d[1] / d[2] if d[2] else 0.0, "settings": {}}
+    if "compiled" in settings:
+        from torch._dynamo.utils import counters
+
+        res["compiled"] = {"backend": args.compile_backend,
+                           "graphs": int(counters["stats"]["unique_graphs"]),
+                           "graph_breaks": int(sum(counters["graph_break"].values())),
+                           "graph_break_reasons": sorted(counters["graph_break"])[:10]}
     print(f"{res['micro_batches']} micro-batches ({tokens:,} tokens) on {res['device']}, "
-          f"each through the target twice (alternating):")
+          f"each through the target once per setting (alternating):")
     for name in settings:
         h, w = (sum(times[name][k]) / max(len(times[name][k]), 1) for k in ("host_ms", "wall_ms"))
-        d, r = to_fp32[name]
-        res["settings"][name] = {"backends": settings[name], "host_ms": h, "wall_ms": w,
-                                 "relative_l1_to_fp32": d / r if args.fp32_reference and r
-                                 else None}
-        print(f"  {name:<10} sdpa {settings[name] or 'torch chooses (cuDNN where it can)'}: "
+        f, r = to_fp32[name]
+        row = res["settings"][name] = {
+            "backends": settings[name], "compiled": name == "compiled", "host_ms": h,
+            "wall_ms": w, "relative_l1_to_fp32": f / r if args.fp32_reference and r else None}
+        print(f"  {name:<10} sdpa {settings[name] or 'torch chooses (cuDNN where it can)'}"
+              f"{' compiled' if name == 'compiled' else ''}: "
               f"host {h:.2f} ms, wall {w:.2f} ms a micro-batch"
-              + (f"; states {d / r:.3g} relative L1 from fp32" if args.fp32_reference and r
+              + (f"; states {f / r:.3g} relative L1 from fp32" if args.fp32_reference and r
                  else ""))
+    base = res["settings"]["eagle3lab"]
+    for name, d in diff.items():
+        row = res["settings"][name]
+        row["vs_eagle3lab"] = {
+            "host": row["host_ms"] / base["host_ms"] if base["host_ms"] else None,
+            "wall": row["wall_ms"] / base["wall_ms"] if base["wall_ms"] else None,
+            "max_abs_state_diff": d[0], "relative_l1_state_diff": d[1] / d[2] if d[2] else 0.0}
     if args.fp32_reference and to_fp32["storage"][1]:
         res["storage_relative_l1_to_fp32"] = to_fp32["storage"][0] / to_fp32["storage"][1]
         print(f"  (the fp32 states rounded to {train_set.store_dtype}: "
               f"{res['storage_relative_l1_to_fp32']:.3g} relative L1 from fp32)")
-    t, e = res["settings"]["torch"], res["settings"]["eagle3lab"]
-    res["ratios"] = {"host": t["host_ms"] / e["host_ms"] if e["host_ms"] else None,
-                     "wall": t["wall_ms"] / e["wall_ms"] if e["wall_ms"] else None}
-    print(f"  torch / eagle3lab: host x{res['ratios']['host']:.2f}, wall "
-          f"x{res['ratios']['wall']:.2f}; states: largest difference {worst:.3g} (largest "
-          f"|state| {peak:.3g}), relative L1 difference {res['relative_l1_state_diff']:.3g}")
-    if args.out:
-        atomic_write_json(Path(args.out), res)
-    return 0
+    v = res["settings"]["torch"]["vs_eagle3lab"]
+    res["ratios"] = {"host": v["host"], "wall": v["wall"]}
+    for name in diff:
+        v = res["settings"][name]["vs_eagle3lab"]
+        print(f"  {name} / eagle3lab: host x{v['host']:.2f}, wall x{v['wall']:.2f}; states: "
+              f"largest difference {v['max_abs_state_diff']:.3g} (largest |state| {peak:.3g}),"
+              f" relative L1 difference {v['relative_l1_state_diff']:.3g}")
+    if "compiled" in settings:
+        c = res["compiled"]
+        print(f"  compiled ({c['backend']}): {c['graphs']} graph(s), {c['graph_breaks']} "
+              f"graph break(s){': ' + '; '.join(c['graph_break_reasons']) if c['graph_breaks'] else ''}")
+    return res
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from testutil import tiny_study_answers
 
+from eagle3lab.train.config import TrainConfig
+
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "study_gpu.py"
 ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
 
@@ -147,6 +149,22 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     assert json.loads((prof / "run.json").read_text())["config"]["prefetch"] is False
     assert re.search(r"steps 3-3 unprofiled: [\d,]+ tokens/s", out), out
     assert not (w / "study/runs" / name).exists()
+    # its train config for a bench script (bench/target_sdpa.py): the arm's, elsewhere
+    out = _run("config", "--work", w, "--device", "cpu", "--only", name)
+    cfgp = w / "configs" / f"bench-{name}.json"
+    assert str(cfgp) in out
+    bench = json.loads(cfgp.read_text())
+    assert bench.pop("device") == "cpu" and bench.pop("out") == str(w / "bench" / name)
+    assert bench.pop("resume") is False
+    arm = {k: v for k, v in study["arms"][1]["train"].items()
+           if k not in ("device", "out", "resume")}
+    assert bench == arm
+    TrainConfig.from_dict(json.loads(cfgp.read_text()), str(cfgp))  # a valid config
+    bad = subprocess.run([sys.executable, "-P", str(SCRIPT), "config", "--work", str(w),
+                          "--device", "cpu", "--only", "no-such-run"],
+                         capture_output=True, text=True, timeout=120, env=ENV)
+    assert bad.returncode != 0 and "no run named no-such-run" in bad.stderr + bad.stdout
+    assert "Traceback" not in bad.stderr
     out = _run("train", "--work", w, "--device", "cpu", "--jobs", 2, "--live-jobs", 2,
                "--warm-first", 600, "--live-early")
     assert "2/2 runs finished, 2 decoded live" in out and "failed" not in out

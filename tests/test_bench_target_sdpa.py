@@ -2,7 +2,9 @@
 target once per setting, both settings are timed over the same micro-batches and tokens,
 the ratios are the settings' means, and on the CPU (where `features` leaves the kernel to
 torch either way) the two settings' states are equal, and as far from the fp32 reference
-as their bf16 storage (the tiny target runs in fp32)."""
+as their bf16 storage (the tiny target runs in fp32). With --compiled (dynamo's capture
+with the eager backend here) a third setting whose states are the same as the eager
+forward's: the capture hooks work inside the compiled model, once compiled."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from eagle3lab.workdir import WorkDir
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "target_sdpa.py"
 
 
-def test_both_settings_timed_on_the_same_micro_batches(tmp_path, sharp_data, sharp_target_dir):
+def _run(tmp_path, sharp_data, sharp_target_dir, *extra):
     convs = WorkDir(Path(sharp_data["train"]).parent.parent).responses("train")
     cfg = tmp_path / "train.json"
     cfg.write_text(json.dumps({"online": True, "conversations": str(convs),
@@ -26,11 +28,14 @@ def test_both_settings_timed_on_the_same_micro_batches(tmp_path, sharp_data, sha
                                "draft_vocab_size": 64, "max_tokens_per_batch": 256,
                                "cpu_threads": 1, "progress": False}))
     r = subprocess.run([sys.executable, "-P", str(SCRIPT), "--config", str(cfg), "--steps", "3",
-                        "--warmup", "1", "--out", str(tmp_path / "res.json"),
-                        "--fp32-reference"],
+                        "--warmup", "1", "--out", str(tmp_path / "res.json"), *extra],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    res = json.loads((tmp_path / "res.json").read_text())
+    return r, json.loads((tmp_path / "res.json").read_text())
+
+
+def test_both_settings_timed_on_the_same_micro_batches(tmp_path, sharp_data, sharp_target_dir):
+    r, res = _run(tmp_path, sharp_data, sharp_target_dir, "--fp32-reference")
     assert res["device"] == "cpu" and res["micro_batches"] == 3 and res["tokens"] > 0
     t, e = res["settings"]["torch"], res["settings"]["eagle3lab"]
     assert t["backends"] is None
@@ -46,3 +51,17 @@ def test_both_settings_timed_on_the_same_micro_batches(tmp_path, sharp_data, sha
     assert t["relative_l1_to_fp32"] == pytest.approx(floor) == e["relative_l1_to_fp32"]
     assert "relative L1 from fp32" in r.stdout
     assert "torch / eagle3lab: host x" in r.stdout
+    assert "compiled" not in res["settings"] and "compiled" not in res
+
+
+def test_compiled_setting_captures_the_same_states(tmp_path, sharp_data, sharp_target_dir):
+    r, res = _run(tmp_path, sharp_data, sharp_target_dir, "--compiled",
+                  "--compile-backend", "eager")
+    c, e = res["settings"]["compiled"], res["settings"]["eagle3lab"]
+    assert c["compiled"] is True and e["compiled"] is False
+    assert c["backends"] == e["backends"] and c["host_ms"] > 0
+    assert c["vs_eagle3lab"]["relative_l1_state_diff"] == 0.0
+    assert c["vs_eagle3lab"]["max_abs_state_diff"] == 0.0
+    assert c["vs_eagle3lab"]["host"] == pytest.approx(c["host_ms"] / e["host_ms"])
+    assert res["compiled"]["backend"] == "eager" and res["compiled"]["graphs"] >= 1
+    assert "compiled / eagle3lab: host x" in r.stdout

@@ -110,6 +110,9 @@ class Target:
         #: the SDPA kernels `features` lets the target's attention use on CUDA (None:
         #: torch's own choice); see `FEATURE_SDPA`
         self.sdpa_backends: list[str] | None = list(FEATURE_SDPA)
+        self._compiled: dict[str, Any] | None = None  # see `compile`
+        #: False: `features` runs eager even where compiled (bench/target_sdpa.py alternates)
+        self.use_compiled = True
 
     @property
     def device(self):
@@ -167,15 +170,44 @@ class Target:
             for h in handles:
                 h.remove()
 
+    def compile(self, aux: AuxLayers, *, backend: str = "inductor") -> None:
+        """From now on `features` with `aux` runs the base model compiled (torch.compile,
+        dynamic shapes: one graph for every batch shape): fused kernels instead of a dozen
+        small ones a layer, where launching them, not the GPU, set online training's pace
+        (docs/study.md, session 22). The capture hooks for `aux` are registered here, once,
+        and stay: `features` registering its own on every call would change the hooks
+        dynamo guards on. The states differ from the eager forward's by rounding; `attention`
+        records the backend. backend: torch.compile's ("eager": dynamo's capture only)."""
+        import torch
+
+        if self._compiled is not None:
+            raise UserError(f"The target {self.name} is already compiled (for capture points "
+                            f"{list(self._compiled['points'])}).")
+        stack = contextlib.ExitStack()
+        store = stack.enter_context(self.capture(aux))
+        base = getattr(self.model, "model", None) or self.model.base_model
+        self._compiled = {"points": tuple(aux.capture_points), "store": store, "stack": stack,
+                          "backend": backend,
+                          "forward": torch.compile(base, dynamic=True, backend=backend)}
+
     def features(self, input_ids, attention_mask=None, aux: AuxLayers | None = None):
         """One forward of the base model (no LM head): returns (fused [B,T,len(aux)*H],
-        last [B,T,H]) where last is the input of the final norm."""
+        last [B,T,H]) where last is the input of the final norm. Compiled for the aux
+        layers `compile` was given, else eager."""
         import torch
 
         aux = aux or self.aux_layers()
-        with torch.inference_mode(), self.capture(aux) as store, \
+        c = self._compiled
+        compiled = (c is not None and self.use_compiled
+                    and tuple(aux.capture_points) == c["points"])
+        with torch.inference_mode(), (contextlib.nullcontext(c["store"]) if compiled
+                                      else self.capture(aux)) as store, \
                 self._sdpa(input_ids.device.type == "cuda"):
-            self._base_forward(input_ids, attention_mask)
+            if compiled:
+                c["forward"](input_ids=input_ids, attention_mask=attention_mask,
+                             use_cache=False)
+            else:
+                self._base_forward(input_ids, attention_mask)
             # a device-mapped target leaves each state on its layer's GPU: gather them on
             # the inputs' device (a no-op on one device)
             fused = torch.cat([a.to(input_ids.device) for a in store["aux"]], dim=-1)
@@ -187,7 +219,9 @@ class Target:
         record it: the states depend on the kernel by rounding)."""
         return {"implementation": getattr(self.model.config, "_attn_implementation", None),
                 "sdpa_backends_on_cuda": (list(self.sdpa_backends)
-                                          if self.sdpa_backends is not None else None)}
+                                          if self.sdpa_backends is not None else None),
+                # only when compiled: what uncompiled runs recorded stays the same
+                **({"compiled": self._compiled["backend"]} if self._compiled else {})}
 
     def _sdpa(self, cuda: bool):
         """The attention kernels `features` allows (`sdpa_backends`), on CUDA only."""

@@ -230,6 +230,11 @@ class TrainConfig(StrictConfig):
                                   json_schema_extra=cli_group("data"))
     vocab_map: str | None = Field(None, description="online: a vocab_map.safetensors to use "
                                   "instead of building one", json_schema_extra=cli_group("data"))
+    target_compile: bool = Field(False, description="online: compile the target's forward "
+                                 "(torch.compile, dynamic shapes; the first forwards wait for "
+                                 "the compile): fewer, fused kernels where launching them sets "
+                                 "the pace; the states differ by rounding, and the run "
+                                 "records it", json_schema_extra=cli_group("data"))
     states_cache: bool = Field(False, description="online: keep each sample's states in "
                                "memory on the training device after its first use, so later "
                                "epochs run no target forward", json_schema_extra=cli_group("data"))
@@ -299,7 +304,8 @@ class TrainConfig(StrictConfig):
                             f"--target T).")
         online_only = [f"{n} (--{n.replace('_', '-')})" for n in
                        ("conversations", "eval_conversations", "aux_ids", "vocab_map",
-                        "states_cache") if getattr(self, n) not in (None, False)]
+                        "states_cache", "target_compile")
+                       if getattr(self, n) not in (None, False)]
         if online_only:
             raise UserError(f"{where}: {', '.join(online_only)} "
                             f"{'is' if len(online_only) == 1 else 'are'} for online training: "

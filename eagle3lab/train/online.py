@@ -57,6 +57,8 @@ from eagle3lab.train.data import PackedData, compare_identity, packed_splits, sh
 
 #: The manifest format an online set synthesises (never written: recorded in the run).
 ONLINE_FORMAT = "eagle3lab-online"
+#: torch.compile's backend for `target_compile` (tests: "eager", dynamo's capture only)
+TARGET_COMPILE_BACKEND = "inductor"
 
 
 def check_conversations_target(path: Path, target: Target) -> None:
@@ -266,6 +268,8 @@ def prepare_online(cfg: TrainConfig, *, dist: Ranks, verbose: bool = True,
                if p}
     tgt = load_target(cfg.target, device=d.device, dtype=cfg.model_dtype)
     aux = resolve_aux_layers(tgt.num_layers, cfg.aux_ids, cfg.aux_convention)
+    if cfg.target_compile:  # before the sets: their manifests record it
+        tgt.compile(aux, backend=TARGET_COMPILE_BACKEND)
     kw = dict(target=tgt, aux=aux, states_dtype=cfg.states_dtype, model_dtype=cfg.model_dtype,
               max_seq_len=cfg.max_seq_len, forward_tokens=cfg.forward_tokens,
               cache=cfg.states_cache)
@@ -287,7 +291,8 @@ def prepare_online(cfg: TrainConfig, *, dist: Ranks, verbose: bool = True,
               f"states of {len(train_set)} conversations ({train_set.num_tokens:,} tokens) "
               f"at capture points {list(aux.capture_points)} ({aux.convention} convention), "
               f"as {cfg.states_dtype}; draft vocab {int(d2t.numel())}"
-              + ("; states kept after first use" if cfg.states_cache else "") + ".")
+              + ("; states kept after first use" if cfg.states_cache else "")
+              + ("; its forward compiled" if cfg.target_compile else "") + ".")
     ev = (OnlineSet(cfg.eval_conversations, records=records.get(cfg.eval_conversations), **kw)
           if cfg.eval_conversations else None)
     train_data, eval_data, note = packed_splits(cfg, train_set, ev, unit="conversations",

@@ -150,6 +150,34 @@ def test_an_online_run_resumes_exactly(tmp_path, sharp_data, sharp_target_dir):
     assert run["plan"]["total_steps"] == 17 and run["data"]["train_samples"] == 48
 
 
+def test_a_compiled_target_trains_the_eager_runs_drafter(tmp_path, sharp_data,
+                                                        sharp_target_dir, monkeypatch):
+    """target_compile: the target's base model under torch.compile (dynamo with its eager
+    backend here: inductor's states differ by rounding) captures the states the eager
+    forward does, whatever the batch's shape (one graph), so the run trains the same
+    drafter; the run records the compile, and resuming with it switched is refused."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from eagle3lab.train import online, train
+
+    monkeypatch.setattr(online, "TARGET_COMPILE_BACKEND", "eager")
+    kw = _online_kw(sharp_data, sharp_target_dir, tmp_path / "eager", max_steps=6,
+                    eval_every=0, checkpoint_every=3)
+    train(**kw)
+    torch._dynamo.reset()
+    counters.clear()
+    train(**{**kw, "out": str(tmp_path / "compiled"), "target_compile": True})
+    assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"]
+    assert _lines(tmp_path / "eager") == _lines(tmp_path / "compiled")
+    assert _max_diff(_weights(tmp_path / "eager"), _weights(tmp_path / "compiled")) == 0.0
+    run = json.loads((tmp_path / "compiled" / "run.json").read_text())
+    assert run["data"]["train"]["target_attention"]["compiled"] == "eager"
+    assert run["config"]["target_compile"] is True
+    with pytest.raises(UserError, match="target_compile: run True, now False"):
+        train(**{**kw, "out": str(tmp_path / "compiled"), "resume": True})
+
+
 def test_the_states_cache_computes_each_sample_once_and_changes_nothing(tmp_path, sharp_data,
                                                                        sharp_target_dir):
     """Cached states are the tensors first computed (no forward on a hit); a run with the
@@ -263,6 +291,8 @@ def test_online_settings_are_checked_before_anything_loads():
         online=True, conversations="c", target="t", data_workers=2)
     assert "conversations (--conversations), states_cache (--states-cache) are for online " \
         "training: add --online" in refused(data="d", conversations="c", states_cache=True)
+    assert "target_compile (--target-compile) is for online training" in refused(
+        data="d", target_compile=True)
     assert "field 'states_dtype' has value 'int8'" in refused(
         online=True, conversations="c", target="t", states_dtype="int8")
     cfg = TrainConfig(online=True, conversations="c", target="t", out="o", aux_ids="1,3,4")

@@ -9,13 +9,14 @@ once with `Target.sdpa_backends` = None (torch's choice: cuDNN where it takes th
 and once with eagle3lab's default (`FEATURE_SDPA`: every kernel but cuDNN's), and prints
 per micro-batch the host milliseconds until `samples` returns and the wall milliseconds
 until the device has finished, their ratios, and how far the two kernels' states differ
-(the largest difference beside the largest |state|, and sum |a - b| / sum |a|); with
+(the largest difference beside the largest |state|, and the relative L1); with
 --fp32-reference, how far each is from the same forwards in fp32 (math attention): which
 kernel's states are nearer the exact ones. With --compiled, a third setting: eagle3lab's
 kernels with the target's base model compiled (`Target.compile`, what online training's
 `target_compile` does), its graphs and graph breaks counted: whether compiling the target's
-forward takes host time off a step (session 22). The first --warmup micro-batches are not counted (the
-compile happens there).
+forward takes host time off a step (session 22). The first --warmup micro-batches are not
+counted (the compile happens there). The states' difference is against eagle3lab's
+setting (sum |a - b| / sum |b|).
 
     python3 -P bench/target_sdpa.py --config TRAIN.json --steps 60      # a GPU
     python3 -P bench/target_sdpa.py --config TRAIN.json --steps 60 --compiled --fp32-reference
@@ -190,8 +191,9 @@ def _measure(args, torch, train_set, micro, settings, cuda: bool) -> dict:
               f" relative L1 difference {v['relative_l1_state_diff']:.3g}")
     if "compiled" in settings:
         c = res["compiled"]
+        why = ": " + "; ".join(c["graph_break_reasons"]) if c["graph_breaks"] else ""
         print(f"  compiled ({c['backend']}): {c['graphs']} graph(s), {c['graph_breaks']} "
-              f"graph break(s){': ' + '; '.join(c['graph_break_reasons']) if c['graph_breaks'] else ''}")
+              f"graph break(s){why}")
     return res
 
 

@@ -1,5 +1,5 @@
 """bench/target_sdpa.py on the CPU, a tiny target: every micro-batch goes through the
-target once per setting, both settings are timed over the same micro-batches and tokens,
+target once per setting, the settings are timed over the same micro-batches and tokens,
 the ratios are the settings' means, and on the CPU (where `features` leaves the kernel to
 torch either way) the two settings' states are equal, and as far from the fp32 reference
 as their bf16 storage (the tiny target runs in fp32). With --compiled (dynamo's capture
@@ -34,34 +34,29 @@ def _run(tmp_path, sharp_data, sharp_target_dir, *extra):
     return r, json.loads((tmp_path / "res.json").read_text())
 
 
-def test_both_settings_timed_on_the_same_micro_batches(tmp_path, sharp_data, sharp_target_dir):
-    r, res = _run(tmp_path, sharp_data, sharp_target_dir, "--fp32-reference")
+def test_every_setting_timed_on_the_same_micro_batches(tmp_path, sharp_data, sharp_target_dir):
+    r, res = _run(tmp_path, sharp_data, sharp_target_dir, "--fp32-reference", "--compiled",
+                  "--compile-backend", "eager")
     assert res["device"] == "cpu" and res["micro_batches"] == 3 and res["tokens"] > 0
-    t, e = res["settings"]["torch"], res["settings"]["eagle3lab"]
+    t, e, c = (res["settings"][k] for k in ("torch", "eagle3lab", "compiled"))
     assert t["backends"] is None
-    assert e["backends"] == ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]
-    assert all(s["host_ms"] > 0 and s["wall_ms"] >= s["host_ms"] for s in (t, e))
+    assert e["backends"] == ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"] == c["backends"]
+    assert c["compiled"] is True and e["compiled"] is False is t["compiled"]
+    assert all(s["host_ms"] > 0 and s["wall_ms"] >= s["host_ms"] for s in (t, e, c))
     assert res["ratios"]["host"] == pytest.approx(t["host_ms"] / e["host_ms"])
+    assert c["vs_eagle3lab"]["host"] == pytest.approx(c["host_ms"] / e["host_ms"])
     assert res["max_abs_state_diff"] == 0.0 == res["relative_l1_state_diff"]
     assert res["max_abs_state"] > 0
+    # the compiled forward (dynamo's capture, eager kernels) captures the same states
+    assert c["vs_eagle3lab"]["max_abs_state_diff"] == 0.0
+    assert c["vs_eagle3lab"]["relative_l1_state_diff"] == 0.0
+    assert res["compiled"]["backend"] == "eager" and res["compiled"]["graphs"] >= 1
     # an fp32 target here: its fp32 reference is the same forwards, so each setting is as
     # far from it as rounding to the states' dtype (bf16) takes them, and no further
     floor = res["storage_relative_l1_to_fp32"]
     assert 0 < floor < 0.01
-    assert t["relative_l1_to_fp32"] == pytest.approx(floor) == e["relative_l1_to_fp32"]
+    for s in (t, e, c):
+        assert s["relative_l1_to_fp32"] == pytest.approx(floor)
     assert "relative L1 from fp32" in r.stdout
     assert "torch / eagle3lab: host x" in r.stdout
-    assert "compiled" not in res["settings"] and "compiled" not in res
-
-
-def test_compiled_setting_captures_the_same_states(tmp_path, sharp_data, sharp_target_dir):
-    r, res = _run(tmp_path, sharp_data, sharp_target_dir, "--compiled",
-                  "--compile-backend", "eager")
-    c, e = res["settings"]["compiled"], res["settings"]["eagle3lab"]
-    assert c["compiled"] is True and e["compiled"] is False
-    assert c["backends"] == e["backends"] and c["host_ms"] > 0
-    assert c["vs_eagle3lab"]["relative_l1_state_diff"] == 0.0
-    assert c["vs_eagle3lab"]["max_abs_state_diff"] == 0.0
-    assert c["vs_eagle3lab"]["host"] == pytest.approx(c["host_ms"] / e["host_ms"])
-    assert res["compiled"]["backend"] == "eager" and res["compiled"]["graphs"] >= 1
     assert "compiled / eagle3lab: host x" in r.stdout

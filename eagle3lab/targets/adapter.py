@@ -183,6 +183,10 @@ class Target:
         if self._compiled is not None:
             raise UserError(f"The target {self.name} is already compiled (for capture points "
                             f"{list(self._compiled['points'])}).")
+        known = torch._dynamo.list_backends(exclude_tags=())
+        if backend not in known:
+            raise UserError(f"torch.compile has no backend {backend!r}; use inductor (or one "
+                            f"of {', '.join(known)}).")
         stack = contextlib.ExitStack()
         store = stack.enter_context(self.capture(aux))
         base = getattr(self.model, "model", None) or self.model.base_model

@@ -90,3 +90,26 @@ def test_features_keep_the_attention_off_cudnn_on_cuda_only(tiny_target):
         assert tiny_target.attention()["sdpa_backends_on_cuda"] is None
     finally:
         tiny_target.sdpa_backends = list(FEATURE_SDPA)
+
+
+def test_a_compiled_target_keeps_its_hooks_and_refuses_a_bad_compile(tiny_target_dir):
+    """`compile` registers the capture hooks once and keeps them (a compiled forward must
+    not see them change); the compiled aux layers' states are the eager ones (dynamo's
+    eager backend), other aux layers run eager; an unknown backend or a second compile is
+    one line; the record says compiled only when it is."""
+    tgt = load_target(str(tiny_target_dir), device="cpu")
+    aux, other = tgt.aux_layers(), tgt.aux_layers([0, 3, 6], "sglang")
+    ids = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    eager = tgt.features(ids, mask, aux)
+    assert "compiled" not in tgt.attention()
+    with pytest.raises(UserError, match="torch.compile has no backend 'nope'"):
+        tgt.compile(aux, backend="nope")
+    tgt.compile(aux, backend="eager")
+    with pytest.raises(UserError, match="already compiled"):
+        tgt.compile(aux, backend="eager")
+    for a, b in zip(tgt.features(ids, mask, aux), eager):
+        assert torch.equal(a, b)
+    assert any(layer._forward_pre_hooks for layer in tgt.model.model.layers)
+    assert tgt.features(ids, mask, other)[0].shape[-1] == 3 * tgt.hidden_size
+    assert tgt.attention()["compiled"] == "eager"

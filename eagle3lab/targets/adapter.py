@@ -174,10 +174,11 @@ class Target:
         """From now on `features` with `aux` runs the base model compiled (torch.compile,
         dynamic shapes: one graph for every batch shape): fused kernels instead of a dozen
         small ones a layer, where launching them, not the GPU, set online training's pace
-        (docs/study.md, session 22). The capture hooks for `aux` are registered here, once,
-        and stay: `features` registering its own on every call would change the hooks
-        dynamo guards on. The states differ from the eager forward's by rounding; `attention`
-        records the backend. backend: torch.compile's ("eager": dynamo's capture only)."""
+        (docs/study.md, session 21's profile). The capture hooks are registered here, once,
+        for `aux` (their stack is kept for the target's life) and stay: `features`
+        registering its own on every call would change the hooks dynamo guards on. The
+        states differ from the eager forward's by rounding; `attention` records the
+        backend. backend: torch.compile's ("eager": dynamo's capture only)."""
         import torch
 
         if self._compiled is not None:

@@ -523,16 +523,22 @@ def _planned_arm(work: Path, name: str) -> dict:
     return arm
 
 
+def _arm_config(work: Path, arm: dict, kind: str, settings: dict) -> Path:
+    """WORK/configs/KIND-NAME.json: the planned run's (`arm`) train config with `settings`
+    over it, not resumed (a run beside the study's, never in it)."""
+    cfgp = work / "configs" / f"{kind}-{arm['name']}.json"
+    cfgp.parent.mkdir(parents=True, exist_ok=True)
+    cfgp.write_text(json.dumps({**arm["train"], "resume": False, **settings}))
+    return cfgp
+
+
 def stage_config(args) -> int:
     """One planned run's train config for the bench scripts that read one
     (bench/target_sdpa.py): WORK/configs/bench-NAME.json, on --device, its out under
     WORK/bench/NAME (never the study's run). Prints the path."""
     work = Path(args.work)
-    arm = _planned_arm(work, args.only)
-    cfgp = work / "configs" / f"bench-{args.only}.json"
-    cfgp.parent.mkdir(parents=True, exist_ok=True)
-    cfgp.write_text(json.dumps({**arm["train"], "device": args.device,
-                                "out": str(work / "bench" / args.only), "resume": False}))
+    cfgp = _arm_config(work, _planned_arm(work, args.only), "bench", {
+        "device": args.device, "out": str(work / "bench" / args.only)})
     log(f"config {args.only}: {cfgp}")
     print(cfgp)
     return 0
@@ -561,13 +567,10 @@ def stage_profile(args) -> int:
     label = "".join(f"+{k}={json.dumps(v)}" for k, v in over.items())
     out = work / "profile" / (args.only + label)
     shutil.rmtree(out, ignore_errors=True)  # a fresh run each time: the window from step 1
-    cfgp = work / "configs" / f"profile-{args.only}.json"
-    cfgp.parent.mkdir(parents=True, exist_ok=True)
-    cfgp.write_text(json.dumps({**arm["train"], "device": args.device, "out": str(out),
-                                "resume": False, "profile_steps": [first, last],
-                                "stop_after_steps": last, "checkpoint_every": 0,
-                                "eval_at_tokens": [], "eval_every": 0,
-                                "eval_at_start": False, **over}))
+    cfgp = _arm_config(work, arm, "profile", {
+        "device": args.device, "out": str(out), "profile_steps": [first, last],
+        "stop_after_steps": last, "checkpoint_every": 0, "eval_at_tokens": [],
+        "eval_every": 0, "eval_at_start": False, **over})
     log(f"profile {args.only}{label}: steps {first}-{last} into {out}")
     rc = subprocess.call(eagle3lab("train", "--config", str(cfgp)), cwd=ROOT)
     summary = out / "profile" / "summary.json"

@@ -190,10 +190,9 @@ class Target:
                             f"of {', '.join(known)}).")
         stack = contextlib.ExitStack()
         store = stack.enter_context(self.capture(aux))
-        base = getattr(self.model, "model", None) or self.model.base_model
         self._compiled = {"points": tuple(aux.capture_points), "store": store, "stack": stack,
                           "backend": backend,
-                          "forward": torch.compile(base, dynamic=True, backend=backend)}
+                          "forward": torch.compile(self._base(), dynamic=True, backend=backend)}
 
     def features(self, input_ids, attention_mask=None, aux: AuxLayers | None = None):
         """One forward of the base model (no LM head): returns (fused [B,T,len(aux)*H],
@@ -205,14 +204,11 @@ class Target:
         c = self._compiled
         compiled = (c is not None and self.use_compiled
                     and tuple(aux.capture_points) == c["points"])
+        forward = c["forward"] if compiled else self._base()
         with torch.inference_mode(), (contextlib.nullcontext(c["store"]) if compiled
                                       else self.capture(aux)) as store, \
                 self._sdpa(input_ids.device.type == "cuda"):
-            if compiled:
-                c["forward"](input_ids=input_ids, attention_mask=attention_mask,
-                             use_cache=False)
-            else:
-                self._base_forward(input_ids, attention_mask)
+            forward(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
             # a device-mapped target leaves each state on its layer's GPU: gather them on
             # the inputs' device (a no-op on one device)
             fused = torch.cat([a.to(input_ids.device) for a in store["aux"]], dim=-1)
@@ -236,9 +232,13 @@ class Target:
 
         return sdpa_kernel([getattr(SDPBackend, b) for b in self.sdpa_backends])
 
+    def _base(self):
+        """The base model (no LM head): what `features` runs, eager or compiled."""
+        return getattr(self.model, "model", None) or self.model.base_model
+
     def _base_forward(self, input_ids, attention_mask=None):
-        base = getattr(self.model, "model", None) or self.model.base_model
-        return base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return self._base()(input_ids=input_ids, attention_mask=attention_mask,
+                            use_cache=False)
 
 
 def _find_layers(model):

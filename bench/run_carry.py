@@ -10,10 +10,13 @@ tokens, its work lost).
 `out` packs each unfinished run's newest complete checkpoint, its run.json, its
 metrics.jsonl and its live.json (the points decoded while it trained) into
 resume-RUN.tar.gz, cut into parts of at most --part-mib (the device returns files of at
-most 16 MiB, 64 MiB a call), kept in WORK/run-carry/. Each call copies the parts not yet
-returned to --dest, at most --max-mib of them, and says how many are left: a checkpoint
-with its fp32 optimizer comes back over several calls (the study's 128M run: 145 MB,
-three calls; docs/study.md, session 18). `in`, on the next machine after `plan`, joins
+most 16 MiB, 64 MiB a call), kept in WORK/run-carry/. The frozen tensors the checkpoint
+names (the target's embedding, a frozen head) stay behind, their sha256 in the carried
+checkpoint's left-out.json: the next machine builds them again from the target and the
+trainer checks them (`load_checkpoint`). The study's 128M run so carries 54.5 MiB in one
+call instead of 138.5 MiB in three (docs/study.md, sessions 18 and 23). Each call copies
+the parts not yet returned to --dest, at most --max-mib of them, and says how many are
+left. `in`, on the next machine after `plan`, joins
 the parts and puts the checkpoint into the run's folder, so `train` resumes the run where
 it stopped. A manifest records the run, its step and tokens and the sha256 of its train
 settings; `in` refuses a checkpoint whose settings differ from this plan's, and keeps a
@@ -110,13 +113,14 @@ def pack(*, work: Path, runs: list[str] | None = None, part_bytes: int = 15 * 2*
                         "made_by": versions()}
             with tempfile.TemporaryDirectory(prefix="run-carry.") as tmp:
                 whole = Path(tmp) / archive_name(name)
+                ckpt, manifest["left_out"] = _without_frozen(newest, Path(tmp) / "ckpt")
                 (Path(tmp) / MANIFEST).write_text(json.dumps(manifest, indent=1))
                 with tarfile.open(whole, "w:gz", compresslevel=6) as tar:
                     tar.add(Path(tmp) / MANIFEST, arcname=MANIFEST)
                     for f in RUN_FILES:
                         if (out / f).is_file():
                             tar.add(out / f, arcname=f)
-                    tar.add(newest, arcname=f"checkpoints/{newest.name}")
+                    tar.add(ckpt, arcname=f"checkpoints/{newest.name}")
                 size = whole.stat().st_size
                 parts = write_parts(stage, archive_name(name), whole.read_bytes(),
                                     part_bytes=part_bytes)
@@ -124,10 +128,40 @@ def pack(*, work: Path, runs: list[str] | None = None, part_bytes: int = 15 * 2*
                    "returned": []}
             record.write_text(json.dumps(rec, indent=1))
             log(f"{name}: {newest.name} ({info['tokens']:,} tokens), {size / 2**20:.1f} MiB "
-                f"in {len(parts)} part(s)")
+                f"in {len(parts)} part(s)" + (f"; left out (frozen, built again there): "
+                                             f"{', '.join(manifest['left_out'])}"
+                                             if manifest["left_out"] else ""))
         packed.append({"run": name, "step": info["step"], "tokens": info["tokens"],
                        "parts": rec["parts"], "bytes": rec["bytes"]})
     return packed
+
+
+def _without_frozen(ckpt: Path, tmp: Path) -> tuple[Path, list[str]]:
+    """The checkpoint to carry: without the frozen tensors its checkpoint.json names (the
+    target's embedding, a frozen head: 132 of the 128M run's 194 MB), which the next
+    machine builds again from the target, their sha256 in CKPT/left-out.json for the
+    trainer to check (eagle3lab.train.checkpoints.load_checkpoint). A checkpoint without
+    that list (made before it was recorded) or with sharded weights goes whole."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from eagle3lab.fsutil import atomic_write_json
+    from eagle3lab.train.checkpoints import LEFT_OUT, LEFT_OUT_FORMAT, tensor_sha256
+
+    frozen = json.loads((ckpt / "checkpoint.json").read_text()).get("frozen") or []
+    files = sorted(ckpt.glob("*.safetensors"))
+    if not frozen or (ckpt / "sharded").exists() or [f.name for f in files] != [
+            "model.safetensors"]:
+        return ckpt, []
+    weights = load_file(str(files[0]))
+    with safe_open(str(files[0]), "pt") as f:
+        meta = f.metadata()
+    left = {k: tensor_sha256(weights.pop(k)) for k in frozen if k in weights}
+    shutil.copytree(ckpt, tmp, ignore=shutil.ignore_patterns("model.safetensors"))
+    save_file(weights, str(tmp / "model.safetensors"), metadata=meta)
+    atomic_write_json(tmp / LEFT_OUT, {"format": LEFT_OUT_FORMAT, "version": 1,
+                                       "sha256": left})
+    return tmp, sorted(left)
 
 
 def give(*, work: Path, dest: Path, max_bytes: int = 60 * 2**20, log=print) -> dict:

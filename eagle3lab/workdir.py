@@ -36,6 +36,9 @@ from eagle3lab.errors import UserError
 TRAIN_RUN = "train"
 #: The finished drafter inside a training run (written by eagle3lab.train.checkpoints).
 FINAL = "final"
+#: a step checkpoint carried without its frozen tensors holds this record of them (their
+#: sha256; eagle3lab.train.checkpoints): it resumes, but is no drafter to serve or decode
+LEFT_OUT = "left-out.json"
 
 
 @dataclasses.dataclass(frozen=True)

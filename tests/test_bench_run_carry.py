@@ -3,8 +3,9 @@ the deadline stops it: `eagle3lab train` checkpoints the step and exits 143), it
 checkpoint packed and returned over several calls (as the device returns at most 64 MiB a
 call), unpacked on a "fresh machine" (the same work path, planned again) and resumed there,
 ends exactly where the same run resumed in place ends: the same weights, the same logged
-metrics. A checkpoint from another plan, a missing part, a checkpoint already there and a
-finished run are refused in one line each."""
+metrics, though the frozen tensors (the target's embedding) travel only as their sha256 and
+a drafter built with other ones is refused. A checkpoint from another plan, a missing part,
+a checkpoint already there and a finished run are refused in one line each."""
 
 from __future__ import annotations
 
@@ -172,6 +173,25 @@ def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_
     assert json.loads((run / "live.json").read_text()) == early
     again = _carry("in", "--work", w, *returned, ok=False)
     assert f"step-{step} is here already (as new or newer)" in again
+    # the frozen tensors (the target's embedding) travelled as a sha256, not as weights
+    ckpt = list_checkpoints(run)[-1]
+    frozen = json.loads((ckpt / "checkpoint.json").read_text())["frozen"]
+    whole = load_file(str(tmp_path / "w-first/study/runs" / RUN / "checkpoints" / ckpt.name
+                          / "model.safetensors"))
+    assert record["manifest"]["left_out"] == sorted(set(frozen) & set(whole))
+    assert "embed_tokens.weight" in record["manifest"]["left_out"]
+    carried = load_file(str(ckpt / "model.safetensors"))
+    assert set(carried) == set(whole) - set(frozen)
+    # ... and a drafter built here with other frozen weights is refused, one line
+    from eagle3lab.errors import UserError
+
+    left = json.loads((ckpt / "left-out.json").read_text())
+    wrong = {**left, "sha256": {k: "0" * 64 for k in left["sha256"]}}
+    (ckpt / "left-out.json").write_text(json.dumps(wrong))
+    with pytest.raises(UserError, match="left out embed_tokens.weight .* not the one it "
+                       "trained with"):
+        _train(w, resume=True)
+    (ckpt / "left-out.json").write_text(json.dumps(left))
     _train(w, resume=True)
     weights = load_file(str(run / "final" / "model.safetensors"))
     assert set(weights) == set(ref_weights)

@@ -26,6 +26,7 @@ from typing import Any
 from eagle3lab.formats.locate import FoundCheckpoint, specforge_steps, speculators_epochs
 from eagle3lab.study.importers import load_metrics
 from eagle3lab.study.plateau import Plateau, detect_plateau
+from eagle3lab.workdir import LEFT_OUT
 
 CHECKPOINT_COLUMNS = ["run", "source", "step", "epoch", "tokens", "complete", "servable",
                       "best", "latest", "path", "note"]
@@ -42,10 +43,14 @@ def _eagle3lab_checkpoints(run_dir: Path) -> list[FoundCheckpoint]:
             rec = json.loads((d / "checkpoint.json").read_text())
         except (OSError, ValueError):
             pass
+        slim = (d / LEFT_OUT).is_file()  # carried without the target's embedding, a head
         found.append(FoundCheckpoint(
             path=d, step=rec.get("step", int(d.name.split("-")[1])), epoch=rec.get("epoch"),
-            complete=(d / "trainer_state.pt").is_file(), servable=(d / "config.json").is_file(),
-            best=False, latest=False, record={"tokens": rec.get("tokens")}))
+            complete=(d / "trainer_state.pt").is_file(),
+            servable=(d / "config.json").is_file() and not slim,
+            best=False, latest=False, record={"tokens": rec.get("tokens")},
+            note=f"carried without its frozen tensors ({LEFT_OUT}): it resumes; decode a "
+                 "later checkpoint" if slim else ""))
     found.sort(key=lambda c: c.step)
     if found:
         found[-1] = dataclasses.replace(found[-1], latest=True)

@@ -10,7 +10,10 @@ refused instead of half-loaded. `pack_drafter` makes the shipping copy (bf16, wi
 embedding the target already has) atomically, so a half-written drafter never ships.
 
 Layout: RUN_DIR/run.json, metrics.jsonl, checkpoints/step-N/ (speculators save_pretrained +
-trainer_state.pt + checkpoint.json), final/ (speculators format + eagle3lab.json).
+trainer_state.pt + checkpoint.json, which names the frozen tensors), final/ (speculators
+format + eagle3lab.json). A checkpoint carried to another machine may leave its frozen
+tensors out (left-out.json: their sha256); loading it keeps the drafter's own, once they
+are checked equal, so a drafter built from another target is refused, not resumed.
 Under torchrun (`dist`: the `Ranks`; see train/distributed.py) rank 0 writes those from
 the full state dict (gathered under FSDP), each rank adds rng-rank{R}.pt (its RNG state),
 an FSDP run adds sharded/ (model and optimizer shards, torch.distributed.checkpoint;
@@ -31,7 +34,7 @@ from eagle3lab.distributed import Ranks
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import (atomic_dir, atomic_write_json, atomic_write_text, read_json_object,
                              sha256_file)
-from eagle3lab.workdir import FINAL
+from eagle3lab.workdir import FINAL, LEFT_OUT
 from eagle3lab.train import distributed
 
 RUN_FORMAT = "eagle3lab-run"
@@ -120,9 +123,11 @@ def save_checkpoint(out: Path, model, opt, sched, state: dict, keep: int, *,
             torch.save({"optimizer": None if sharded else opt.state_dict(),
                         "scheduler": sched.state_dict(), "state": state,
                         "rng": _rng_state()}, tmp / "trainer_state.pt")
-            atomic_write_json(tmp / "checkpoint.json", {"step": state["step"],
-                                                         "tokens": state["tokens"],
-                                                         "epoch": state["epoch"]})
+            atomic_write_json(tmp / "checkpoint.json", {
+                "step": state["step"], "tokens": state["tokens"], "epoch": state["epoch"],
+                # what a carry may leave out and resume from the drafter built fresh
+                # (bench/run_carry.py: the target's embedding, a frozen head)
+                "frozen": [] if sharded else frozen_keys(model)})
         if d.active:
             torch.save(_rng_state(), tmp / f"rng-rank{d.rank}.pt")
     if d.main:
@@ -141,11 +146,60 @@ def _load_weights(directory: Path) -> dict:
     return weights
 
 
+#: CKPT/LEFT_OUT (workdir): the frozen tensors a carry left out of the checkpoint's weights
+#: ({"format", "version", "sha256": {key: tensor_sha256}}; bench/run_carry.py writes it)
+LEFT_OUT_FORMAT = "eagle3lab-left-out"
+
+
+def frozen_keys(model) -> list[str]:
+    """The drafter's frozen parameters (requires_grad False: the target's embedding, a
+    frozen head): they equal what building the drafter gives, so a checkpoint carried
+    between machines may leave them out (`load_checkpoint` checks them against LEFT_OUT)."""
+    return sorted(n for n, p in model.named_parameters() if not p.requires_grad)
+
+
+def tensor_sha256(t) -> str:
+    """sha256 of a tensor's dtype, shape and bytes (as stored: no conversion)."""
+    import hashlib
+
+    import torch
+
+    t = t.detach().to("cpu").contiguous()
+    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    h.update(t.reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+def _left_out_checked(ckpt: Path, model, missing: list[str]) -> set[str]:
+    """The keys missing from CKPT's weights that a carry left out (CKPT/LEFT_OUT), each
+    checked against the drafter as built here: one that differs (another target, another
+    vocab map) is refused in one line instead of resuming a different drafter."""
+    if not (ckpt / LEFT_OUT).is_file():
+        return set()
+    rec = read_json_object(ckpt / LEFT_OUT, what="checkpoint's left-out record",
+                           fix="Carry the checkpoint again (bench/run_carry.py out).")
+    if rec.get("format") != LEFT_OUT_FORMAT or not isinstance(rec.get("sha256"), dict):
+        raise UserError(f"{ckpt / LEFT_OUT}: not a left-out record (format "
+                        f"{LEFT_OUT_FORMAT!r} with a sha256 map).")
+    state = model.state_dict()
+    ok = set()
+    for k in missing:
+        if k not in rec["sha256"]:
+            continue
+        if tensor_sha256(state[k]) != rec["sha256"][k]:
+            raise UserError(f"Checkpoint {ckpt} left out {k} (frozen, carried without it) "
+                            f"and this drafter's {k} is not the one it trained with: built "
+                            "from another target or vocab map? Resume where it was made.")
+        ok.add(k)
+    return ok
+
+
 def load_checkpoint(ckpt: Path, model, opt, sched, *,
                     dist: Ranks | None = None) -> dict:
     """Load a checkpoint into the drafter (`model`, as for save_checkpoint), optimizer and
     scheduler; restore this rank's RNG state (rank 0's where the run had fewer ranks, or
-    in one process)."""
+    in one process). Frozen tensors a carry left out (CKPT/LEFT_OUT) stay as built, once
+    checked equal to those the run trained with."""
     import torch
 
     d = dist or Ranks()
@@ -153,7 +207,9 @@ def load_checkpoint(ckpt: Path, model, opt, sched, *,
         distributed.load_sharded(model, opt, ckpt / "sharded")
     else:
         missing, unexpected = model.load_state_dict(_load_weights(ckpt), strict=False)
-        bad = [k for k in missing if not k.startswith("verifier_")] + list(unexpected)
+        left = _left_out_checked(ckpt, model, missing)
+        bad = [k for k in missing if not k.startswith("verifier_") and k not in left] \
+            + list(unexpected)
         if bad:
             raise UserError(f"Checkpoint {ckpt} does not fit this drafter (keys {bad[:5]}); "
                             f"it was made with another configuration.")

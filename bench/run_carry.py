@@ -141,7 +141,8 @@ def _without_frozen(ckpt: Path, tmp: Path) -> tuple[Path, list[str]]:
     target's embedding, a frozen head: 132 of the 128M run's 194 MB), which the next
     machine builds again from the target, their sha256 in CKPT/left-out.json for the
     trainer to check (eagle3lab.train.checkpoints.load_checkpoint). A checkpoint without
-    that list (made before it was recorded) or with sharded weights goes whole."""
+    that list (made before it was recorded) or with sharded weights goes whole; one carried
+    already (no new checkpoint since) goes as it came, its left-out.json kept."""
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
@@ -154,6 +155,9 @@ def _without_frozen(ckpt: Path, tmp: Path) -> tuple[Path, list[str]]:
             "model.safetensors"]:
         return ckpt, []
     weights = load_file(str(files[0]))
+    if not set(frozen) & set(weights):  # carried here without them: the record goes along
+        return ckpt, sorted(json.loads((ckpt / LEFT_OUT).read_text())["sha256"]
+                            if (ckpt / LEFT_OUT).is_file() else [])
     with safe_open(str(files[0]), "pt") as f:
         meta = f.metadata()
     left = {k: tensor_sha256(weights.pop(k)) for k in frozen if k in weights}

@@ -113,7 +113,8 @@ def pack(*, work: Path, runs: list[str] | None = None, part_bytes: int = 15 * 2*
                         "made_by": versions()}
             with tempfile.TemporaryDirectory(prefix="run-carry.") as tmp:
                 whole = Path(tmp) / archive_name(name)
-                ckpt, manifest["left_out"] = _without_frozen(newest, Path(tmp) / "ckpt")
+                ckpt, manifest["left_out"] = _without_frozen(newest, info.get("frozen"),
+                                                             Path(tmp) / "ckpt")
                 (Path(tmp) / MANIFEST).write_text(json.dumps(manifest, indent=1))
                 with tarfile.open(whole, "w:gz", compresslevel=6) as tar:
                     tar.add(Path(tmp) / MANIFEST, arcname=MANIFEST)
@@ -136,11 +137,12 @@ def pack(*, work: Path, runs: list[str] | None = None, part_bytes: int = 15 * 2*
     return packed
 
 
-def _without_frozen(ckpt: Path, tmp: Path) -> tuple[Path, list[str]]:
-    """The checkpoint to carry: without the frozen tensors its checkpoint.json names (the
-    target's embedding, a frozen head: 132 of the 128M run's 194 MB), which the next
-    machine builds again from the target, their sha256 in CKPT/left-out.json for the
-    trainer to check (eagle3lab.train.checkpoints.load_checkpoint). A checkpoint without
+def _without_frozen(ckpt: Path, frozen: list[str] | None,
+                    tmp: Path) -> tuple[Path, list[str]]:
+    """The checkpoint to carry: without the frozen tensors its checkpoint.json names
+    (`frozen`, as pack read it: the target's embedding, a frozen head: 132 of the 128M
+    run's 194 MB), which the next machine builds again from the target, their sha256 in
+    CKPT/left-out.json for the trainer to check (eagle3lab.train.checkpoints.load_checkpoint). A checkpoint without
     that list (made before it was recorded) or with sharded weights goes whole; one carried
     already (no new checkpoint since) goes as it came, its left-out.json kept."""
     from safetensors import safe_open
@@ -149,7 +151,6 @@ def _without_frozen(ckpt: Path, tmp: Path) -> tuple[Path, list[str]]:
     from eagle3lab.fsutil import atomic_write_json
     from eagle3lab.train.checkpoints import LEFT_OUT, LEFT_OUT_FORMAT, tensor_sha256
 
-    frozen = json.loads((ckpt / "checkpoint.json").read_text()).get("frozen") or []
     files = sorted(ckpt.glob("*.safetensors"))
     if not frozen or (ckpt / "sharded").exists() or [f.name for f in files] != [
             "model.safetensors"]:

@@ -57,8 +57,6 @@ def main(argv: list[str] | None = None) -> int:
                     "only, the CPU test)")
     args = ap.parse_args(argv)
 
-    import torch
-
     from eagle3lab.distributed import Ranks
     from eagle3lab.fsutil import atomic_write_json, read_json_object
     from eagle3lab.targets.adapter import FEATURE_SDPA, resolve_device
@@ -82,14 +80,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.compiled:  # the hooks registered once: what online training's target_compile does
         settings["compiled"] = list(FEATURE_SDPA)
         tgt.compile(train_set.aux_layers, backend=args.compile_backend)
-    res = _measure(args, torch, train_set, micro, settings, cuda)
+    res = _measure(args, train_set, micro, settings, cuda)
     tgt.sdpa_backends = list(FEATURE_SDPA)
     if args.out:
         atomic_write_json(Path(args.out), res)
     return 0
 
 
-def _measure(args, torch, train_set, micro, settings, cuda: bool) -> dict:
+def _measure(args, train_set, micro, settings, cuda: bool) -> dict:
+    import torch
+
     tgt = train_set.target
     times = {k: {"host_ms": [], "wall_ms": []} for k in settings}
     # per setting, against eagle3lab's default: largest |a - b|, sum |a - b|
@@ -164,7 +164,7 @@ def _measure(args, torch, train_set, micro, settings, cuda: bool) -> dict:
     for name in settings:
         h, w = (sum(times[name][k]) / max(len(times[name][k]), 1) for k in ("host_ms", "wall_ms"))
         f, r = to_fp32[name]
-        row = res["settings"][name] = {
+        res["settings"][name] = {
             "backends": settings[name], "compiled": name == "compiled", "host_ms": h,
             "wall_ms": w, "relative_l1_to_fp32": f / r if args.fp32_reference and r else None}
         print(f"  {name:<10} sdpa {settings[name] or 'torch chooses (cuDNN where it can)'}"

@@ -183,7 +183,7 @@ def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_
     carried = load_file(str(ckpt / "model.safetensors"))
     assert set(carried) == set(whole) - set(frozen)
     # carried on again before a new checkpoint (a machine lost early): as it came
-    assert _run_carry()._without_frozen(ckpt, tmp_path / "again") == (
+    assert _run_carry()._without_frozen(ckpt, frozen, tmp_path / "again") == (
         ckpt, record["manifest"]["left_out"])
     # ... and a drafter built here with other frozen weights is refused, one line
     from eagle3lab.errors import UserError

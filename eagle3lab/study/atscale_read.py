@@ -382,8 +382,24 @@ def _reference_rows(study_dir: Path, notes: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def shipped_run(results: AtScaleResults, drafter: str | os.PathLike) -> str | None:
+    """The study run whose drafter `drafter` is (a shipped drafter keeps its run's
+    `metrics.jsonl` byte for byte, as the study's winner stage packs it), or None: no run's
+    curve is the drafter's (trained elsewhere, or its run's results are not here)."""
+    mine = Path(drafter) / "metrics.jsonl"
+    if not mine.is_file():
+        return None
+    body = mine.read_bytes()
+    for a in results.study["arms"]:
+        run = results.study_dir / "runs" / a["name"] / "metrics.jsonl"
+        if run.is_file() and run.stat().st_size == len(body) and run.read_bytes() == body:
+            return str(a["name"])
+    return None
+
+
 def against_reference(results: AtScaleResults, *, reference: str = "shipped",
-                      setting: str = MAIN_SETTING) -> dict[str, Any]:
+                      setting: str = MAIN_SETTING,
+                      shipped: str | os.PathLike | None = None) -> dict[str, Any]:
     """The best finished run's final live tau at `setting` against a reference drafter's,
     measured the same way (issue 28, part 4: a run replaces the shipped drafter only if it
     beats it on the held-out prompts). `setting` falls back as the verdict's does
@@ -392,7 +408,10 @@ def against_reference(results: AtScaleResults, *, reference: str = "shipped",
     "best_arm_runs"} (None where not measured): the best arm is the one whose seeds' mean is
     highest, `best_arm_runs` its runs' taus, so a best run whose lead over its own arm's
     other seeds is seed noise reads as the arm's, not as a new winner (either seed may be
-    the one shipped: only a run the winner stage collected has its weights)."""
+    the one shipped: only a run the winner stage collected has its weights). With `shipped`
+    (the shipped drafter's directory) also "shipped_run" (`shipped_run`) and
+    "shipped_tau", and the text says when the best run is not the drafter that ships, so
+    a reader does not take a result whose weights stayed on the device for the default."""
     setting = measured_setting(results, setting) or setting
     ref = results.references
     ref = ref[(ref["reference"] == reference) & (ref["setting"] == setting)]
@@ -402,6 +421,10 @@ def against_reference(results: AtScaleResults, *, reference: str = "shipped",
     out: dict[str, Any] = {"setting": setting, "reference_tau": None, "best_run": None,
                            "best_tau": None, "replaces": None, "best_arm": None,
                            "best_arm_tau": None, "best_arm_runs": None}
+    if shipped is not None:
+        out["shipped_run"] = shipped_run(results, shipped)
+        tau = finals[finals["run"] == out["shipped_run"]]["tau"] if len(finals) else []
+        out["shipped_tau"] = float(tau.iloc[0]) if len(tau) else None
     if not len(ref):
         out["text"] = (f"No reference drafter {reference!r} measured at {setting} "
                        f"(bench/study_gpu.py reference).")
@@ -431,6 +454,17 @@ def against_reference(results: AtScaleResults, *, reference: str = "shipped",
                    f"(the runs' prompts, engine and dtype); the best run's final drafter, "
                    f"{best['run']}: {best['tau']:.3f}{seeds}, so it "
                    + ("replaces it." if out["replaces"] else "does not replace it."))
+    if shipped is not None and out["shipped_run"] != out["best_run"]:
+        if out["shipped_run"] is None:
+            out["text"] += (f" No run of this study is the drafter in {Path(shipped).name} "
+                            f"(its curve is none of theirs).")
+        else:
+            out["text"] += (f" The drafter that ships ({Path(shipped).name}) is "
+                            f"{out['shipped_run']}'s"
+                            + (f" ({out['shipped_tau']:.3f})" if out["shipped_tau"] is not None
+                               else "")
+                            + f": {best['run']}'s weights did not come back (only a run "
+                              f"collected as the winner has its weights).")
     return out
 
 

@@ -773,9 +773,9 @@ def committed():
 def test_planner_names_what_its_ceiling_is_not_a_ceiling_of(committed):
     """On the committed H200 study: our recipe's data arms at 16M tokens fit a ceiling near
     2.0, and the planner says which final drafters went past it (speculators' recipe on the
-    whole pool at 64M tokens, on 6M tokens at 64M, on the whole pool at 32M, then at equal
-    compute on the whole pool), best first, one per arm (its best seed, saying of how many)
-    and at most four, so nobody reads the ceiling as the target's."""
+    whole pool at 128M and 64M tokens, on 6M tokens at 64M, on the whole pool at 32M), best
+    first, one per arm (its best seed, saying of how many) and at most four, so nobody
+    reads the ceiling as the target's."""
 
     res = committed
     plan = plan_budget(res)
@@ -785,38 +785,40 @@ def test_planner_names_what_its_ceiling_is_not_a_ceiling_of(committed):
     assert (fin["long-speculators-all-32M-wd0.01-s0"] > fin["recipe-speculators-1.6M-s0"]
             > fin["long-all-32M-wd0.01-s0"] > ceiling)
     tail = plan["text"].split("Past that ceiling: ")[1]
-    # the 64M run's better seed (seed 1, 2.754 against seed 0's 2.751, since session 19)
+    # the 128M run (one seed, session 24: 2.840), then the 64M run's better seed (seed 1,
+    # 2.754 against seed 0's 2.751, since session 19)
+    long = "long-speculators-all-128M-wd0.01-s0"
+    assert tail.startswith(f"{long} {fin[long]:.2f} (speculators recipe, 18.3M unique answer "
+                           "tokens, 128M tokens of training); ")
     best = max(("long-speculators-all-64M-wd0.01-s0", "long-speculators-all-64M-wd0.01-s1"),
                key=fin.get)
     assert best == "long-speculators-all-64M-wd0.01-s1"
-    assert tail.startswith(f"{best} {fin[best]:.2f} (speculators recipe, 18.3M unique answer "
-                           "tokens, 64M tokens of training; best of 2 seeds); ")
+    assert (f"; {best} {fin[best]:.2f} (speculators recipe, 18.3M unique answer tokens, 64M "
+            "tokens of training; best of 2 seeds); ") in tail
     named = re.findall(r"(?:^|; )(\S+) (\d\.\d\d) \(", tail)
-    # the fourth: the better seed of speculators' recipe on the whole pool at equal compute
-    # (seed 1, 2.510 against seed 0's 2.504, since session 15)
-    equal = max(("recipe-speculators-all-s0", "recipe-speculators-all-s1"), key=fin.get)
-    assert equal == "recipe-speculators-all-s1"
     # the 6M arm at 64M: seed 0 (2.700) against seed 1's 2.685 (an H100, session 20)
     six = max(("long-speculators-6M-64M-wd0.01-s0", "long-speculators-6M-64M-wd0.01-s1"),
               key=fin.get)
     assert six == "long-speculators-6M-64M-wd0.01-s0"
-    assert [n for n, _ in named] == [best, six, "long-speculators-all-32M-wd0.01-s0", equal]
+    # four at most: speculators' recipe at equal compute (2.51) is left out since session 24
+    assert [n for n, _ in named] == [long, best, six, "long-speculators-all-32M-wd0.01-s0"]
     assert [float(t) for _, t in named] == sorted((float(t) for _, t in named), reverse=True)
-    assert (f"{equal} {fin[equal]:.2f} (speculators recipe, 18.3M unique answer tokens, 16M "
-            "tokens of training; best of 2 seeds)") in tail
     assert (f"{six} {fin[six]:.2f} (speculators recipe, 6M unique answer tokens, 64M tokens "
             "of training; best of 2 seeds)") in tail
     assert "data-" not in tail
 
 
-def test_compute_planner_answers_train_longer_on_the_committed_study(committed):
+def test_compute_planner_answers_train_longer_on_the_committed_study(committed, tmp_path):
     """On the committed H200 study: the speculators recipe on the whole pool (18.3M unique
-    answer tokens, weight decay 0.01) at 16M, 32M and 64M tokens of training. Three lengths:
-    a log-linear (optimistic) fit, so the text gives the measured gains per doubling (each
-    adds less) and the ceiling their geometric decay implies (~3.01, three points, no
-    range; two seeds at 16M since session 15 and at 64M since session 19, their means); tau
-    3 needs more training than
-    the longest run, in tokens of training, not the data planner's unique answer tokens."""
+    answer tokens, weight decay 0.01) at 16M, 32M, 64M and 128M tokens of training (two
+    seeds at 16M since session 15 and at 64M since session 19, their means; 128M since
+    session 24). Four lengths: a saturating fit with a ranged ceiling between 3.0 and 3.5
+    at 5,1,6, so tau 3 needs ~1.1G tokens of training (more than the longest run, in tokens
+    of training, not the data planner's unique answer tokens) and 3.5 is out of reach on
+    this data. Without the 128M run (the study as session 23 left it): three lengths, a
+    log-linear (optimistic) fit, the measured gains per doubling (each adds less) and the
+    ceiling their geometric decay implies (~3.01, no range), which the 128M run then
+    passed by little (its gain shrank less than geometrically)."""
     from eagle3lab.study.atscale_read import compute_recipes, plan_compute, three_point_ceiling
 
     res = committed
@@ -824,43 +826,64 @@ def test_compute_planner_answers_train_longer_on_the_committed_study(committed):
     seeds16 = [fin["recipe-speculators-all-s0"], fin["recipe-speculators-all-s1"]]
     seeds64 = [fin["long-speculators-all-64M-wd0.01-s0"],
                fin["long-speculators-all-64M-wd0.01-s1"]]
+    t128 = fin["long-speculators-all-128M-wd0.01-s0"]
     taus = [sum(seeds16) / 2, fin["long-speculators-all-32M-wd0.01-s0"],
-            sum(seeds64) / 2]  # the means over seeds at 16M and 64M
+            sum(seeds64) / 2, t128]  # the means over seeds at 16M and 64M
     plan = plan_compute(res)
     fit, text = plan["fit"], plan["text"]
     assert plan["setting"] == "5,1,6" and plan["recipe"] == "speculators"
-    # every seed is a point of the fit; the gains and the three-point ceiling use the means
     assert sorted(fit.points) == sorted([(16e6, t) for t in seeds16] + [(32e6, taus[1])]
-                                        + [(64e6, t) for t in seeds64])
-    assert f"tau {taus[0]:.3f} at 16M, " in text
-    assert fit.model == "log-linear"
+                                        + [(64e6, t) for t in seeds64] + [(128e6, t128)])
     assert text.startswith("Compute planner, the speculators recipe (live tau at 5,1,6 against "
                            "tokens of training; 18.3M unique answer tokens, weight decay 0.01")
-    d1, d2 = taus[1] - taus[0], taus[2] - taus[1]
-    assert 0 < d2 < d1
-    assert (f"{d1:+.3f} from 16M to 32M, {d2:+.3f} from 32M to 64M: each doubling adds less"
-            in text)
-    three = three_point_ceiling([16e6, 32e6, 64e6], taus)
-    r = d2 / d1
-    assert three["ratio"] == pytest.approx(r) and 0.65 < r < 0.75
-    assert three["ceiling"] == pytest.approx(taus[2] + d2 * r / (1 - r))
-    assert 2.9 < three["ceiling"] < 3.1
-    assert plan["numbers"]["compute_speculators_ceiling_3pt"] == pytest.approx(three["ceiling"])
-    assert (f"a ceiling of ~{three['ceiling']:.3g} (an extrapolation from three points, no "
-            "range)") in text
-    need = plan["needs"][0]
-    assert need.goal == 3.0 and need.reachable and 64e6 < need.estimate < math.inf
+    d = [b - a for a, b in zip(taus, taus[1:])]
+    assert 0 < d[2] < d[1] < d[0]
+    assert (f"{d[0]:+.3f} from 16M to 32M, {d[1]:+.3f} from 32M to 64M, {d[2]:+.3f} from 64M "
+            "to 128M: each doubling adds less" in text)
+    assert fit.model == "saturating" and 3.0 < fit.ceiling < 3.3
+    assert f"ceiling {fit.ceiling:.3g} (90% range " in text
+    need, far = plan["needs"]
+    assert need.goal == 3.0 and need.reachable and 128e6 * 4 < need.estimate < 4e9
+    assert need.low < need.estimate < need.high
     assert need.text.startswith(f"tau 3 needs ~{_short(need.estimate)} tokens of training (")
-    assert "the longest run measured; log-linear fit: no ceiling, optimistic" in need.text
+    assert "x the longest run measured)" in need.text
+    assert far.goal == 3.5 and not far.reachable
+    assert "tau 3.5 is out of reach: the fitted ceiling" in text
+    assert plan["numbers"]["compute_speculators_ceiling_3pt"] is None
+    assert plan["numbers"]["compute_speculators_tokens_for_tau_3_5"] == "out of reach"
     assert "unique answer tokens (" not in text and need.text in text
-    assert "3 training lengths are too few for a ceiling" in text
+    # the study as it stood before the 128M run: three lengths
+    before = tmp_path / "h200-grok"
+    shutil.copytree(res.study_dir, before, ignore=lambda d, names: [
+        n for n in names if n == "long-speculators-all-128M-wd0.01-s0" or n.startswith(
+            "session-")])
+    three_res = load_results(before)
+    plan3 = plan_compute(three_res)
+    text3, need3 = plan3["text"], plan3["needs"][0]
+    assert plan3["fit"].model == "log-linear"
+    assert f"tau {taus[0]:.3f} at 16M, " in text3
+    assert (f"{d[0]:+.3f} from 16M to 32M, {d[1]:+.3f} from 32M to 64M: each doubling adds "
+            "less" in text3)
+    three = three_point_ceiling([16e6, 32e6, 64e6], taus[:3])
+    r = d[1] / d[0]
+    assert three["ratio"] == pytest.approx(r) and 0.65 < r < 0.75
+    assert three["ceiling"] == pytest.approx(taus[2] + d[1] * r / (1 - r))
+    assert 2.9 < three["ceiling"] < 3.1
+    # the 128M run's gain shrank less than the geometric decay's next term
+    assert d[2] > d[1] * r
+    assert plan3["numbers"]["compute_speculators_ceiling_3pt"] == pytest.approx(
+        three["ceiling"])
+    assert (f"a ceiling of ~{three['ceiling']:.3g} (an extrapolation from three points, no "
+            "range)") in text3
+    assert need3.goal == 3.0 and need3.reachable and 64e6 < need3.estimate < math.inf
+    assert "the longest run measured; log-linear fit: no ceiling, optimistic" in need3.text
+    assert "3 training lengths are too few for a ceiling" in text3
     assert plan["numbers"]["compute_speculators_tokens_for_tau_3"] == pytest.approx(
         need.estimate)
     numbers = summary_numbers(res)
     assert numbers["atscale_compute_speculators_tokens_for_tau_3"] == pytest.approx(
         need.estimate)
-    assert numbers["atscale_compute_speculators_ceiling_3pt"] == pytest.approx(
-        three["ceiling"])
+    assert numbers["atscale_compute_speculators_ceiling_3pt"] is None
     assert "speculators" in compute_recipes(res)
     # the data planner's words are its own, unchanged
     data = plan_budget(res, recipe="speculators")

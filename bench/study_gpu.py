@@ -652,7 +652,12 @@ def stage_collect(args) -> int:
         if (work / name).is_dir() and args.with_logs:
             with tarfile.open(dest / "logs.tar.gz", "w:gz") as t:
                 t.add(work / name, arcname=name)
-    if args.winner:
+    if args.winner == "auto":
+        log("winner auto: " + (f"{r['winner_run']} (tau {r['winner_tau']:.3f} at "
+                               f"{r['winner_setting']}), packed into {r['winner']}"
+                               if r["winner"] else "no final drafter decoded on this "
+                               "machine yet (not packed)"))
+    elif args.winner:
         log(f"winner {args.winner}: " + (f"packed into {r['winner']}" if r["winner"] else
                                          "no final drafter yet (not packed)"))
     log(f"collected {len(r['runs'])} runs into {dest}")
@@ -801,7 +806,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--results", required=True, help="a folder `collect` wrote")
     c = sub.add_parser("collect", parents=[common], help="copy the small results")
     c.add_argument("--dest", required=True)
-    c.add_argument("--winner", default=None, help="also pack this run's final drafter")
+    c.add_argument("--winner", default=None,
+                   help="also pack this run's final drafter into DEST/winner; 'auto': the "
+                        "best final drafter decoded on this machine (by final live tau at "
+                        "5,1,6), so a session's best weights come back unasked")
     c.add_argument("--with-logs", action="store_true")
     args = ap.parse_args(argv)
     if args.stage == "data" and not args.target:

@@ -4,12 +4,14 @@
 # finished early costs no more device time); print the chain's log tail and each run's
 # newest metrics line, then put the small results (the plan, each run's run.json,
 # metrics.jsonl, live.json, and the logs) into ONE file, $OUT/results.tar.gz (the device
-# returns at most 8 files, 2 folders deep). With STUDY_WINNER=RUN, that run's final
-# drafter is packed in too once it exists; a tar over 15 MiB comes back in parts,
+# returns at most 8 files, 2 folders deep), with the best final drafter decoded on this
+# machine (`collect --winner auto`, ~20 MB for the default target's drafter: session 24's
+# best run stayed on the device for want of one); STUDY_WINNER=RUN packs that run's final
+# drafter instead once it exists, STUDY_WINNER=none none; a tar over 15 MiB comes back in parts,
 # $OUT/results.tar.gz.part00, ... (cat them, then untar). With STUDY_CACHE_OUT=1,
 # inductor's cache comes back too ($OUT/inductor-cache.tar.gz*, at most 30 MiB:
 # bench/compile_cache.py), for the next session's carry.
-#   [STUDY_WINNER=RUN] [STUDY_CACHE_OUT=1] bash bench/study_poll.sh SECONDS
+#   [STUDY_WINNER=RUN|auto|none] [STUDY_CACHE_OUT=1] bash bench/study_poll.sh SECONDS
 set -u
 W=${STUDY_WORK:-/root/e3l/study}
 cd "$(dirname "$0")/.."
@@ -34,7 +36,8 @@ fi
 if [ -f $W/study/study.json ]; then
   rm -rf $W/collected
   python3 -P bench/study_gpu.py collect --work $W --dest $W/collected \
-      ${STUDY_WINNER:+--winner $STUDY_WINNER} | grep winner
+      $([ "${STUDY_WINNER:-auto}" = none ] || echo --winner ${STUDY_WINNER:-auto}) \
+      | grep winner
   tar -czf $W/results.tar.gz -C $W collected logs
   if [ "$(stat -c %s $W/results.tar.gz)" -le $((15 * 1024 * 1024)) ]; then
     cp $W/results.tar.gz "$OUT/results.tar.gz"

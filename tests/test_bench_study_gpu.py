@@ -214,6 +214,24 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     assert "winner data-all-wd0.01-s0: no final drafter yet (not packed)" in out
     assert not (tmp_path / "res-n/winner").exists()
     os.rename(w / "final.away", w / "study/runs/data-all-wd0.01-s0/final")
+    # auto (the poll's default): the best final drafter decoded here, by its final live tau
+    # at the study's shape (5,1,6 when measured; this config's only shape otherwise)
+    from eagle3lab.study.atscale import best_final_here
+
+    taus = {n: [r["tau"] for r in json.loads((w / "study/runs" / n / "live.json").read_text())[
+        "rows"] if r["fraction"] == 1.0 and r["setting"] == "2,1,3"][0]
+        for n in ("data-0.03k-wd0.01-s0", "data-all-wd0.01-s0")}
+    best = max(taus, key=taus.get)
+    assert best_final_here(w / "study") == (best, "2,1,3", taus[best])
+    out = _run("collect", "--work", w, "--dest", tmp_path / "res-a", "--winner", "auto")
+    assert f"winner auto: {best} (tau {taus[best]:.3f} at 2,1,3), packed into" in out
+    assert (tmp_path / "res-a/winner/config.json").is_file()
+    # a final drafter not decoded yet does not count
+    other = next(n for n in taus if n != best)
+    live = w / "study/runs" / best / "live.json"
+    os.rename(live, w / "live.away")
+    assert best_final_here(w / "study") == (other, "2,1,3", taus[other])
+    os.rename(w / "live.away", live)
     # the device poll: one results.tar.gz, or parts of 15 MiB when the logs grow past it
     _poll(w, tmp_path / "out1", winner="data-all-wd0.01-s0")
     got = _untar(sorted((tmp_path / "out1").iterdir()), tmp_path / "u1")
@@ -221,7 +239,7 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     assert (got / "collected/winner/config.json").is_file()
     assert (got / "collected/runs/data-all-wd0.01-s0/live.json").is_file()
     (w / "logs/big.bin").write_bytes(os.urandom(17 * 2**20))
-    _poll(w, tmp_path / "out2")
+    _poll(w, tmp_path / "out2", winner="none")
     parts = sorted((tmp_path / "out2").iterdir())
     assert [p.name for p in parts] == ["results.tar.gz.part00", "results.tar.gz.part01"]
     got = _untar(parts, tmp_path / "u2")
@@ -242,6 +260,10 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
         (w / "study/references/other/live.json").read_text()
     assert "0 runs to train, 0 to decode live" in _run("train", "--work", w2, "--device",
                                                         "cpu", "--jobs", 2)
+    # restored runs have their results here, not their drafters: auto packs none
+    out = _run("collect", "--work", w2, "--dest", tmp_path / "res-w2", "--winner", "auto")
+    assert "winner auto: no final drafter decoded on this machine yet (not packed)" in out
+    assert not (tmp_path / "res-w2/winner").exists()
 
     # a run that finished training but whose live decode did not finish in its session:
     # its checkpoints did not travel, so the next session says so and does not fail on it

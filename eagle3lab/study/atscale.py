@@ -966,13 +966,50 @@ def copy_references(src: Path, dest: Path, *, overwrite: bool = True) -> list[st
     return names
 
 
+#: `collect`'s winner="auto" ranks by final live tau at this shape when the study measures
+#: it (else its first live shape): the study's main setting.
+AUTO_WINNER_SETTING = "5,1,6"
+
+
+def best_final_here(study_dir: str | os.PathLike) -> tuple[str, str, float] | None:
+    """(run, setting, tau) of the best final drafter ON THIS MACHINE: among the runs whose
+    `final/` is here (trained in this session: runs restored from earlier sessions have
+    only their results), the highest final live tau at AUTO_WINNER_SETTING (or the study's
+    first live shape); None while no such final is decoded. Prevents a session's best
+    drafter staying on the device because nobody named it (session 24: the 128M run)."""
+    src = Path(study_dir)
+    shapes = list(read_study(src)["config"]["live_settings"])
+    setting = AUTO_WINNER_SETTING if AUTO_WINNER_SETTING in shapes else shapes[0]
+    best = None
+    for run in sorted((src / "runs").glob("*")):
+        if not (run / "final").is_dir() or not (run / "live.json").is_file():
+            continue
+        try:
+            rows = json.loads((run / "live.json").read_text()).get("rows", [])
+        except (OSError, ValueError, AttributeError):
+            continue  # being rewritten, or not ours: the next poll reads it
+        taus = [float(r["tau"]) for r in rows if isinstance(r, dict)
+                and r.get("fraction") == 1.0 and r.get("setting") == setting
+                and r.get("tau") is not None]
+        if taus and (best is None or taus[0] > best[2]):
+            best = (run.name, setting, taus[0])
+    return best
+
+
 def collect(study_dir: str | os.PathLike, dest: str | os.PathLike, *,
             winner: str | None = None) -> dict[str, Any]:
     """Copy study.json (the plan, with the pool's counts and sha256s), the weak arms'
     selection when there is one, and each run's RUN_FILES to `dest` (what is committed
     under data/studies/), plus `winner`'s packed drafter if named and finished (a poll
-    names it before the run ends: until then the key "winner" is None)."""
+    names it before the run ends: until then the key "winner" is None). winner "auto":
+    the best final drafter decoded on this machine (`best_final_here`; "winner_run",
+    "winner_setting" and "winner_tau" say which), so a session's best weights come back
+    unasked."""
     src, dest = Path(study_dir), Path(dest)
+    picked = None
+    if winner == "auto":
+        picked = best_final_here(src)
+        winner = picked[0] if picked else None
     (dest / "runs").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src / "study.json", dest / "study.json")
     if (src / WEAK_SELECTION).is_file():  # the weak arms' pick (a later session reuses it)
@@ -993,4 +1030,6 @@ def collect(study_dir: str | os.PathLike, dest: str | os.PathLike, *,
 
         pack_drafter(src / "runs" / winner / "final", dest / "winner")
         packed = str(dest / "winner")
-    return {"runs": copied, "dest": str(dest), "winner": packed}
+    return {"runs": copied, "dest": str(dest), "winner": packed, "winner_run": winner,
+            "winner_setting": picked[1] if picked else None,
+            "winner_tau": picked[2] if picked else None}

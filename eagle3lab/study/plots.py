@@ -435,10 +435,12 @@ def plot_sim_vs_live(results):
 
 
 def plot_tau_fit(fit, *, needs: Sequence[Any] = (), goals: Sequence[float] = (3.0, 3.5),
-                 label: str = "live tau"):
+                 label: str = "live tau", x_label: str = "unique answer tokens",
+                 title: str = "Planner: tokens for a tau goal"):
     """The planner: measured points, the fitted curve with its bootstrap 90% band, the
     goals as horizontal lines, and where the fit reaches each (`needs`: tokens_for's
-    answers; a shaded span for the range); a dashed ceiling for the saturating model."""
+    answers; a shaded span for the range); a dashed ceiling for the saturating model.
+    x_label: what the tokens are (the compute planner's: "tokens of training")."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -464,9 +466,9 @@ def plot_tau_fit(fit, *, needs: Sequence[Any] = (), goals: Sequence[float] = (3.
                 ax.axvspan(n.low, n.high if n.high is not None else hi, color=c, alpha=0.1)
             ax.annotate(f"{_short(n.estimate)}", (n.estimate, n.goal), xytext=(4, 4),
                         textcoords="offset points", fontsize=8, color=c)
-    _tokens_axis(ax, "unique answer tokens")
+    _tokens_axis(ax, x_label)
     ax.set_ylabel(label)
-    ax.set_title("Planner: tokens for a tau goal", fontsize=10)
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

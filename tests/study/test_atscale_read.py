@@ -852,6 +852,19 @@ def test_compute_planner_answers_train_longer_on_the_committed_study(committed, 
     assert plan["numbers"]["compute_speculators_ceiling_3pt"] is None
     assert plan["numbers"]["compute_speculators_tokens_for_tau_3_5"] == "out of reach"
     assert "unique answer tokens (" not in text and need.text in text
+    # notebook 06 plots it on its own axis: tokens of training, the ceiling drawn
+    import matplotlib.pyplot as plt
+
+    from eagle3lab.study.plots import plot_tau_fit
+
+    fig = plot_tau_fit(fit, needs=plan["needs"], x_label="tokens of training",
+                       title="Compute planner")
+    ax = fig.axes[0]
+    assert ax.get_xlabel().startswith("tokens of training") and ax.get_title() == \
+        "Compute planner"
+    labels = ax.get_legend_handles_labels()[1]
+    assert {"measured", "saturating fit", f"ceiling {fit.ceiling:.3g}", "goal 3"} <= set(labels)
+    plt.close(fig)
     # the study as it stood before the 128M run: three lengths
     before = tmp_path / "h200-grok"
     shutil.copytree(res.study_dir, before, ignore=lambda d, names: [

@@ -1510,7 +1510,9 @@ def plan_compute(results: AtScaleResults, *, recipe: str = "speculators",
         f"{pre}unique_tokens": float(unique_tokens), f"{pre}weight_decay": wd,
         f"{pre}training_tokens": xs, f"{pre}tau": ys,
         f"{pre}increments": [b - a for a, b in zip(ys, ys[1:])],
-        f"{pre}ceiling_3pt": three["ceiling"] if three else None}
+        f"{pre}ceiling_3pt": three["ceiling"] if three else None,
+        f"{pre}ceiling": fit.ceiling,
+        f"{pre}ceiling_range": list(r) if (r := fit.ceiling_range()) else None}
     for nd in needs:
         key = f"{pre}tokens_for_tau_{nd.goal:g}".replace(".", "_")
         numbers[key] = nd.estimate if nd.reachable else "out of reach"

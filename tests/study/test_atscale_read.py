@@ -897,6 +897,9 @@ def test_compute_planner_answers_train_longer_on_the_committed_study(committed, 
     assert numbers["atscale_compute_speculators_tokens_for_tau_3"] == pytest.approx(
         need.estimate)
     assert numbers["atscale_compute_speculators_ceiling_3pt"] is None
+    assert numbers["atscale_compute_speculators_ceiling"] == pytest.approx(fit.ceiling)
+    low, high = numbers["atscale_compute_speculators_ceiling_range"]
+    assert 3.0 < low < fit.ceiling < high < 3.5
     assert "speculators" in compute_recipes(res)
     # the data planner's words are its own, unchanged
     data = plan_budget(res, recipe="speculators")

@@ -809,7 +809,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--winner", default=None,
                    help="also pack this run's final drafter into DEST/winner; 'auto': the "
                         "best final drafter decoded on this machine (by final live tau at "
-                        "5,1,6), so a session's best weights come back unasked")
+                        "5,1,6, else the study's first shape), so a session's best weights "
+                        "come back unasked")
     c.add_argument("--with-logs", action="store_true")
     args = ap.parse_args(argv)
     if args.stage == "data" and not args.target:

@@ -40,6 +40,11 @@ from eagle3lab.train.config import check_train_overrides
 
 STUDY_FORMAT = "eagle3lab-study-atscale"
 
+#: The draft shape the verdict, the planners and `collect`'s winner="auto" read when the
+#: study measured it (else another: atscale_read.measured_setting, the first live shape).
+MAIN_SETTING = "5,1,6"
+
+
 #: Our recipe: that of the SGLang-servable shipped drafter (the default until the study's winner
 #: replaced it; data/drafters/smollm2-135m-instruct-sglang/README.md).
 OUR_RECIPE: dict[str, Any] = {
@@ -966,20 +971,15 @@ def copy_references(src: Path, dest: Path, *, overwrite: bool = True) -> list[st
     return names
 
 
-#: `collect`'s winner="auto" ranks by final live tau at this shape when the study measures
-#: it (else its first live shape): the study's main setting.
-AUTO_WINNER_SETTING = "5,1,6"
-
-
 def best_final_here(study_dir: str | os.PathLike) -> tuple[str, str, float] | None:
     """(run, setting, tau) of the best final drafter ON THIS MACHINE: among the runs whose
     `final/` is here (trained in this session: runs restored from earlier sessions have
-    only their results), the highest final live tau at AUTO_WINNER_SETTING (or the study's
-    first live shape); None while no such final is decoded. Prevents a session's best
+    only their results), the highest final live tau at MAIN_SETTING (or the study's first
+    live shape); None while no such final is decoded. Prevents a session's best
     drafter staying on the device because nobody named it (session 24: the 128M run)."""
     src = Path(study_dir)
     shapes = list(read_study(src)["config"]["live_settings"])
-    setting = AUTO_WINNER_SETTING if AUTO_WINNER_SETTING in shapes else shapes[0]
+    setting = MAIN_SETTING if MAIN_SETTING in shapes else shapes[0]
     best = None
     for run in sorted((src / "runs").glob("*")):
         if not (run / "final").is_dir() or not (run / "live.json").is_file():

@@ -46,7 +46,8 @@ from typing import Any, Sequence
 from eagle3lab.config import repo_root
 from eagle3lab.errors import UserError
 from eagle3lab.specdec.stats import AcceptStats
-from eagle3lab.study.atscale import OUR_RECIPE, REFERENCES, parse_setting, read_study
+from eagle3lab.study.atscale import (MAIN_SETTING, OUR_RECIPE, REFERENCES, parse_setting,
+                                      read_study)
 from eagle3lab.study.curves import last_values
 from eagle3lab.study.gap import _short
 from eagle3lab.study.plateau import detect_plateau, plateau_of_arrays
@@ -57,8 +58,6 @@ ARM_COLUMNS = ["run", "arm", "kind", "source", "pair", "planned_tokens", "unique
                "weight_decay", "seed", "recipe"]
 #: The final teacher-forced numbers the equal-compute table compares.
 FINAL_METRICS = ("eval_loss_mean", "eval_full_acc_0", "eval_sim_accept_len")
-#: The draft shape the verdict and the planner read when the study measured it.
-MAIN_SETTING = "5,1,6"
 #: How far past its plateau a run should train (issue 28: at least 4x the plateau's tokens).
 PAST_GOAL = 4.0
 

@@ -216,6 +216,7 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     os.rename(w / "final.away", w / "study/runs/data-all-wd0.01-s0/final")
     # auto (the poll's default): the best final drafter decoded here, by its final live tau
     # at the study's shape (5,1,6 when measured; this config's only shape otherwise)
+    from eagle3lab.fsutil import sha256_file
     from eagle3lab.study.atscale import best_final_here
 
     taus = {n: [r["tau"] for r in json.loads((w / "study/runs" / n / "live.json").read_text())[
@@ -226,6 +227,10 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     out = _run("collect", "--work", w, "--dest", tmp_path / "res-a", "--winner", "auto")
     assert f"winner auto: {best} (tau {taus[best]:.3f} at 2,1,3), packed into" in out
     assert (tmp_path / "res-a/winner/config.json").is_file()
+    rec = json.loads((tmp_path / "res-a/winner/winner.json").read_text())
+    assert (rec["format"], rec["run"], rec["picked"], rec["setting"]) == \
+        ("eagle3lab-winner", best, "auto", "2,1,3") and rec["tau"] == taus[best]
+    assert rec["model_sha256"] == sha256_file(tmp_path / "res-a/winner/model.safetensors")
     # a final drafter not decoded yet does not count
     other = next(n for n in taus if n != best)
     live = w / "study/runs" / best / "live.json"

@@ -971,6 +971,12 @@ def copy_references(src: Path, dest: Path, *, overwrite: bool = True) -> list[st
     return names
 
 
+#: What `collect` writes beside a packed winner: which run it is (bench/ship_drafter.py
+#: ships it only with this record, so weights and curve come from one run).
+WINNER_RECORD = "winner.json"
+WINNER_FORMAT = "eagle3lab-winner"
+
+
 def best_final_here(study_dir: str | os.PathLike) -> tuple[str, str, float] | None:
     """(run, setting, tau) of the best final drafter ON THIS MACHINE: among the runs whose
     `final/` is here (trained in this session: runs restored from earlier sessions have
@@ -1004,7 +1010,8 @@ def collect(study_dir: str | os.PathLike, dest: str | os.PathLike, *,
     names it before the run ends: until then the key "winner" is None). winner "auto":
     the best final drafter decoded on this machine (`best_final_here`; "winner_run",
     "winner_setting" and "winner_tau" say which), so a session's best weights come back
-    unasked."""
+    unasked. A packed winner carries WINNER_RECORD: its run, how it was picked, the packed
+    weights' sha256."""
     src, dest = Path(study_dir), Path(dest)
     picked = None
     if winner == "auto":
@@ -1028,7 +1035,12 @@ def collect(study_dir: str | os.PathLike, dest: str | os.PathLike, *,
     if winner and (src / "runs" / winner / "final").is_dir():
         from eagle3lab.train.checkpoints import pack_drafter  # lazy: loads torch
 
-        pack_drafter(src / "runs" / winner / "final", dest / "winner")
+        facts = pack_drafter(src / "runs" / winner / "final", dest / "winner")
+        atomic_write_json(dest / "winner" / WINNER_RECORD, {
+            "format": WINNER_FORMAT, "version": 1, "run": winner,
+            "picked": "auto" if picked else "named",
+            "setting": picked[1] if picked else None, "tau": picked[2] if picked else None,
+            "model_sha256": facts["sha256"], "params": facts["params"]})
         packed = str(dest / "winner")
     return {"runs": copied, "dest": str(dest), "winner": packed, "winner_run": winner,
             "winner_setting": picked[1] if picked else None,

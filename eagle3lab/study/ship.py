@@ -7,7 +7,7 @@ poll packed (`atscale.collect`: model.safetensors, config.json, eagle3lab.json a
 WINNER_RECORD naming its run) replaces the shipped drafter directory only when:
 - its record names a finished run of the study whose final live tau (the study's main
   shape, as `against_reference` reads it) beats the run the shipped drafter came from
-  (`shipped_run`), unless forced;
+  (`shipped_run`; a drafter of no run is not replaced), unless forced;
 - its weights are that record's (sha256) and have the shipped drafter's tensor names and
   shapes (the same architecture: the engines load it the same way).
 The directory is rebuilt in a temporary sibling and swapped in whole: the winner's weights,
@@ -123,6 +123,10 @@ def ship_winner(*, winner: str | os.PathLike, study: str | os.PathLike,
     tau = float(fin["tau"].iloc[0])
     if ref["shipped_run"] == run:
         raise UserError(f"{dest} is already {run}'s drafter.")
+    if ref["shipped_tau"] is None and not force:
+        raise UserError(f"The drafter in {dest} is no finished, decoded run of this study, so "
+                        f"nothing here says {run} (tau {tau:.3f} at {setting}) beats it; "
+                        f"--force ships it anyway.")
     if ref["shipped_tau"] is not None and tau <= ref["shipped_tau"] and not force:
         raise UserError(f"{run} (tau {tau:.3f} at {setting}) does not beat the drafter it would "
                         f"replace, {ref['shipped_run']} ({ref['shipped_tau']:.3f}); "

@@ -117,6 +117,13 @@ def test_bad_winners_are_refused_in_one_line(tmp_path, dest):
     (w / WINNER_RECORD).write_text("{not json")
     with pytest.raises(UserError, match="winner record"):
         ship_winner(winner=w, study=STUDY, dest=dest)
+    # a drafter whose curve is no run's of this study: nothing says the run beats it
+    other = tmp_path / "elsewhere"
+    shutil.copytree(SHIPPED, other)
+    curve = (other / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (other / "metrics.jsonl").write_text("".join(curve[:-1]))
+    with pytest.raises(UserError, match="is no finished, decoded run of this study"):
+        ship_winner(winner=_pack(tmp_path / "over-other", RUN), study=STUDY, dest=other)
     assert assert_checksums(dest) == set(SUMMED)  # untouched throughout
     # the command: one line, exit 1
     r = subprocess.run([sys.executable, str(REPO / "bench" / "ship_drafter.py"), "--winner",

@@ -26,6 +26,7 @@ from typing import Any
 from eagle3lab.errors import UserError
 from eagle3lab.fsutil import atomic_dir, read_json_object, sha256_file
 from eagle3lab.study.atscale import WINNER_FORMAT, WINNER_RECORD
+from eagle3lab.study.atscale_read import against_reference, load_results
 
 #: (file, JSON path) of the fields a shipped drafter keeps from the one it replaces: where
 #: the target lives here (a packed winner records the device's /root/e3l/target).
@@ -74,8 +75,6 @@ def ship_winner(*, winner: str | os.PathLike, study: str | os.PathLike,
     """Replace `dest` (a shipped drafter directory) with the packed `winner` of `study`'s
     run its WINNER_RECORD names (module docstring: what is checked, what is written).
     Returns {"run", "tau", "setting", "replaced_run", "replaced_tau", "dest", "sums"}."""
-    from eagle3lab.study.atscale_read import against_reference, load_results
-
     winner, dest = Path(winner), Path(dest)
     rec_path = winner / WINNER_RECORD
     for d, what in ((winner, "--winner"), (dest, "the shipped drafter")):

@@ -142,12 +142,13 @@ def _without_frozen(ckpt: Path, frozen: list[str] | None,
     """The checkpoint to carry: without the frozen tensors its checkpoint.json names
     (`frozen`, as pack read it: the target's embedding, a frozen head: 132 of the 128M
     run's 194 MB), which the next machine builds again from the target, their sha256 in
-    CKPT/left-out.json for the trainer to check (eagle3lab.train.checkpoints.load_checkpoint). A checkpoint without
-    that list (made before it was recorded) or with sharded weights goes whole; one carried
-    already (no new checkpoint since) goes as it came, its left-out.json kept."""
-    from safetensors import safe_open
+    CKPT/left-out.json for the trainer to check (eagle3lab.train.checkpoints
+    .load_checkpoint). A checkpoint without that list (made before it was recorded) or with
+    sharded weights goes whole; one carried already (no new checkpoint since) goes as it
+    came, its left-out.json kept."""
     from safetensors.torch import load_file, save_file
 
+    from eagle3lab.formats.reader import parse_safetensors_header
     from eagle3lab.fsutil import atomic_write_json
     from eagle3lab.train.checkpoints import LEFT_OUT, LEFT_OUT_FORMAT, tensor_sha256
 
@@ -159,8 +160,7 @@ def _without_frozen(ckpt: Path, frozen: list[str] | None,
     if not set(frozen) & set(weights):  # carried here without them: the record goes along
         return ckpt, sorted(json.loads((ckpt / LEFT_OUT).read_text())["sha256"]
                             if (ckpt / LEFT_OUT).is_file() else [])
-    with safe_open(str(files[0]), "pt") as f:
-        meta = f.metadata()
+    _, meta = parse_safetensors_header(files[0])
     left = {k: tensor_sha256(weights.pop(k)) for k in frozen if k in weights}
     shutil.copytree(ckpt, tmp, ignore=shutil.ignore_patterns("model.safetensors"))
     save_file(weights, str(tmp / "model.safetensors"), metadata=meta)

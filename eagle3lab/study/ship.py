@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from eagle3lab.errors import UserError
+from eagle3lab.formats.detect import get_path
+from eagle3lab.formats.reader import parse_safetensors_header
 from eagle3lab.fsutil import atomic_dir, read_json_object, sha256_file
 from eagle3lab.study.atscale import WINNER_FORMAT, WINNER_RECORD
 from eagle3lab.study.atscale_read import against_reference, load_results
@@ -39,35 +41,14 @@ SHIPPED_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 SUMMED = ("model.safetensors", "config.json", "eagle3lab.json", "metrics.jsonl")
 
 
-def _get(obj: Any, path: tuple[str, ...]) -> Any:
-    for k in path:
-        if not isinstance(obj, dict) or k not in obj:
-            return None
-        obj = obj[k]
-    return obj
-
-
-def _set(obj: dict, path: tuple[str, ...], value: Any) -> bool:
-    for k in path[:-1]:
-        obj = obj.get(k)
-        if not isinstance(obj, dict):
-            return False
-    if path[-1] not in obj:
-        return False
-    obj[path[-1]] = value
-    return True
-
-
-def tensor_shapes(path: str | os.PathLike) -> dict[str, tuple[tuple[int, ...], str]]:
-    """{name: (shape, dtype)} of a safetensors file, from its header (no tensor loaded)."""
-    from safetensors import safe_open
-
-    out = {}
-    with safe_open(str(path), framework="np") as f:
-        for name in f.keys():
-            sl = f.get_slice(name)
-            out[name] = (tuple(sl.get_shape()), str(sl.get_dtype()))
-    return out
+def _architecture(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """{name: (shape, dtype)} from a safetensors header (no tensor read); a file that is no
+    safetensors (truncated, another format) in one line."""
+    try:
+        infos, _ = parse_safetensors_header(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not readable as safetensors ({e}).") from None
+    return {n: (i.shape, i.dtype) for n, i in infos.items()}
 
 
 def ship_winner(*, winner: str | os.PathLike, study: str | os.PathLike,
@@ -99,8 +80,7 @@ def ship_winner(*, winner: str | os.PathLike, study: str | os.PathLike,
         raise UserError(f"{winner / 'model.safetensors'} is not the weights {rec_path} "
                         f"records (sha256 {got[:12]}..., recorded "
                         f"{str(rec.get('model_sha256'))[:12]}...).")
-    new, old = tensor_shapes(winner / "model.safetensors"), tensor_shapes(
-        dest / "model.safetensors")
+    new, old = (_architecture(d / "model.safetensors") for d in (winner, dest))
     if new != old:
         diff = sorted(set(new) ^ set(old)) or sorted(k for k in new if new[k] != old[k])
         raise UserError(f"{winner} is not the architecture of {dest}: tensors differ "
@@ -137,10 +117,13 @@ def ship_winner(*, winner: str | os.PathLike, study: str | os.PathLike,
                        json.loads((dest / name).read_text()))
     for name, path in SHIPPED_FIELDS:
         mine, theirs = texts[name]
-        value = _get(theirs, path)
-        if value is not None and not _set(mine, path, value):
+        value, parent = get_path(theirs, path), get_path(mine, path[:-1])
+        if value is None:
+            continue
+        if not isinstance(parent, dict) or path[-1] not in parent:
             raise UserError(f"{winner / name} has no {'.'.join(path)}, which {dest / name} "
                             f"has: not a drafter of the same kind.")
+        parent[path[-1]] = value
     with atomic_dir(dest) as tmp:
         (tmp / "model.safetensors").write_bytes((winner / "model.safetensors").read_bytes())
         for name, (mine, _) in texts.items():

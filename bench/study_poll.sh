@@ -10,8 +10,14 @@
 # drafter instead once it exists, STUDY_WINNER=none none; a tar over 15 MiB comes back in parts,
 # $OUT/results.tar.gz.part00, ... (cat them, then untar). With STUDY_CACHE_OUT=1,
 # inductor's cache comes back too ($OUT/inductor-cache.tar.gz*, at most 30 MiB:
-# bench/compile_cache.py), for the next session's carry.
-#   [STUDY_WINNER=RUN|auto|none] [STUDY_CACHE_OUT=1] bash bench/study_poll.sh SECONDS
+# bench/compile_cache.py), for the next session's carry. With STUDY_CARRY_OUT=RUNS (comma-
+# separated, or `all`: every unfinished run with a checkpoint), once the chain has exited
+# (its deadline stopped a run, `--finish-margin-s -1`), those runs' newest checkpoints come
+# back too (`bench/run_carry.py out`, at most STUDY_CARRY_MIB, default 60, less what $OUT
+# holds already; call again for parts left), so one launch serves a run that finishes and
+# one the session's end stops (session 25 lost its machine before either could start).
+#   [STUDY_WINNER=RUN|auto|none] [STUDY_CACHE_OUT=1] [STUDY_CARRY_OUT=RUNS|all]
+#   bash bench/study_poll.sh SECONDS
 set -u
 W=${STUDY_WORK:-/root/e3l/study}
 cd "$(dirname "$0")/.."
@@ -19,6 +25,10 @@ export PYTHONPATH=/root/e3l/site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/root/e3l/inductor}
 case ${1:-60} in
   '' | *[!0-9]*) echo "study_poll.sh: SECONDS must be a whole number, not '$1'" >&2; exit 2 ;;
+esac
+case ${STUDY_CARRY_MIB:-60} in
+  '' | *[!0-9]*) echo "study_poll.sh: STUDY_CARRY_MIB must be a whole number of MiB, not" \
+                      "'$STUDY_CARRY_MIB'" >&2; exit 2 ;;
 esac
 end=$((SECONDS + ${1:-60}))
 while [ $SECONDS -lt $end ] && ! grep -q '^chain exited' $W/chain.log 2> /dev/null; do
@@ -43,5 +53,14 @@ if [ -f $W/study/study.json ]; then
     cp $W/results.tar.gz "$OUT/results.tar.gz"
   else
     split -b 15m -d $W/results.tar.gz "$OUT/results.tar.gz.part"
+  fi
+fi
+if [ -n "${STUDY_CARRY_OUT:-}" ]; then
+  if ! grep -q '^chain exited' $W/chain.log 2> /dev/null; then
+    echo "carry out: not yet, the chain is still running (its checkpoints may change)"
+  else
+    left=$(( ${STUDY_CARRY_MIB:-60} - $(du -sm "$OUT" | cut -f1) ))
+    python3 -P bench/run_carry.py out --work $W --dest "$OUT" --max-mib $(( left > 0 ? left : 0 )) \
+        $([ "$STUDY_CARRY_OUT" = all ] || echo --runs "$STUDY_CARRY_OUT")
   fi
 fi

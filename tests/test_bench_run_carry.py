@@ -82,6 +82,19 @@ def _train(work: Path, *, term_at: int | None = None, **extra) -> str:
     return r.stdout
 
 
+def _poll(work: Path, out: Path, carry: str, *, mib: str = "60", rc: int = 0) -> str:
+    """bench/study_poll.sh 0 as the device runs it ($OUT; python3 = this interpreter) with
+    STUDY_CARRY_OUT=carry; its stdout, or its stderr when it must fail."""
+    out.mkdir()
+    env = {**ENV, "OUT": str(out), "STUDY_WORK": str(work), "STUDY_WINNER": "none",
+           "STUDY_CARRY_OUT": carry, "STUDY_CARRY_MIB": mib,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(["bash", str(ROOT / "bench" / "study_poll.sh"), "0"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == rc, r.stdout[-4000:] + r.stderr[-4000:]
+    return r.stdout if rc == 0 else r.stderr
+
+
 def _plan(work: Path, gen: Path, cfg: Path, target: Path) -> None:
     shutil.copytree(gen, work / "gen")
     _bench("study_gpu.py", "plan", "--work", work, "--config", cfg, "--target", target)
@@ -136,6 +149,21 @@ def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_
     measure_live(w / "study", RUN, target=tiny_target_dir, device="cpu", early=True)
     early = json.loads((run / "live.json").read_text())
     assert early["complete"] is False and early["rows"]
+
+    # the poll that sees the chain exit carries the stopped run out in the same call
+    # (STUDY_CARRY_OUT), after the small results; not while the chain still runs
+    said = _poll(w, tmp_path / "running", RUN)
+    assert "carry out: not yet, the chain is still running" in said
+    assert not list((tmp_path / "running").glob("resume-*"))
+    (w / "chain.log").write_text("train ... stopped at the deadline\nchain exited 0\n")
+    said = _poll(w, tmp_path / "poll", "all")
+    assert f"{RUN}: step-{step}" in said and "every part returned" in said
+    got = sorted(p.name for p in (tmp_path / "poll").iterdir())
+    assert "results.tar.gz" in got and any(n.startswith(f"resume-{RUN}") for n in got), got
+    bad = _poll(w, tmp_path / "bad", RUN, mib="lots", rc=2)
+    assert bad == "study_poll.sh: STUDY_CARRY_MIB must be a whole number of MiB, not 'lots'\n"
+    shutil.rmtree(w / "run-carry")  # as if not carried: the calls below pack it afresh
+    (w / "chain.log").unlink()
 
     # out: packed once; returned over calls of at most --max-mib, each naming what is left
     said = _carry("out", "--work", w, "--dest", tmp_path / "probe",

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from testutil import tiny_study_answers
+from testutil import study_poll, tiny_study_answers
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
@@ -82,19 +82,6 @@ def _train(work: Path, *, term_at: int | None = None, **extra) -> str:
     return r.stdout
 
 
-def _poll(work: Path, out: Path, carry: str, *, mib: str = "60", rc: int = 0) -> str:
-    """bench/study_poll.sh 0 as the device runs it ($OUT; python3 = this interpreter) with
-    STUDY_CARRY_OUT=carry; its stdout, or its stderr when it must fail."""
-    out.mkdir()
-    env = {**ENV, "OUT": str(out), "STUDY_WORK": str(work), "STUDY_WINNER": "none",
-           "STUDY_CARRY_OUT": carry, "STUDY_CARRY_MIB": mib,
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    r = subprocess.run(["bash", str(ROOT / "bench" / "study_poll.sh"), "0"], env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == rc, r.stdout[-4000:] + r.stderr[-4000:]
-    return r.stdout if rc == 0 else r.stderr
-
-
 def _plan(work: Path, gen: Path, cfg: Path, target: Path) -> None:
     shutil.copytree(gen, work / "gen")
     _bench("study_gpu.py", "plan", "--work", work, "--config", cfg, "--target", target)
@@ -152,16 +139,18 @@ def test_a_run_carried_to_a_fresh_machine_resumes_exactly(tmp_path, tiny_target_
 
     # the poll that sees the chain exit carries the stopped run out in the same call
     # (STUDY_CARRY_OUT), after the small results; not while the chain still runs
-    said = _poll(w, tmp_path / "running", RUN)
+    said = study_poll(w, tmp_path / "running", STUDY_WINNER="none",
+                      STUDY_CARRY_OUT=RUN).stdout
     assert "carry out: not yet, the chain is still running" in said
     assert not list((tmp_path / "running").glob("resume-*"))
     (w / "chain.log").write_text("train ... stopped at the deadline\nchain exited 0\n")
-    said = _poll(w, tmp_path / "poll", "all")
+    said = study_poll(w, tmp_path / "poll", STUDY_WINNER="none", STUDY_CARRY_OUT="all").stdout
     assert f"{RUN}: step-{step}" in said and "every part returned" in said
     got = sorted(p.name for p in (tmp_path / "poll").iterdir())
     assert "results.tar.gz" in got and any(n.startswith(f"resume-{RUN}") for n in got), got
-    bad = _poll(w, tmp_path / "bad", RUN, mib="lots", rc=2)
-    assert bad == "study_poll.sh: STUDY_CARRY_MIB must be a whole number of MiB, not 'lots'\n"
+    bad = study_poll(w, tmp_path / "bad", STUDY_CARRY_OUT=RUN, STUDY_CARRY_MIB="lots", rc=2)
+    assert bad.stderr == ("study_poll.sh: STUDY_CARRY_MIB must be a whole number of MiB, "
+                          "not 'lots'\n")
     shutil.rmtree(w / "run-carry")  # as if not carried: the calls below pack it afresh
     (w / "chain.log").unlink()
 

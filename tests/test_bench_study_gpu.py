@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from testutil import tiny_study_answers
+from testutil import study_poll, tiny_study_answers
 
 from eagle3lab.train.config import TrainConfig
 
@@ -69,21 +69,6 @@ def test_data_stage_packs_what_unpacks(tmp_path, default_target_dir):
     assert rec["files"]["eval.jsonl"]["records"] == 2
 
 
-def _poll(work: Path, out: Path, winner: str | None = None, seconds: int | str = 0,
-          timeout: int = 300, rc: int = 0) -> subprocess.CompletedProcess:
-    """bench/study_poll.sh SECONDS as the device runs it ($OUT, python3 = this
-    interpreter); it must exit with rc within timeout."""
-    out.mkdir()
-    env = {**ENV, "OUT": str(out), "STUDY_WORK": str(work),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    if winner:
-        env["STUDY_WINNER"] = winner
-    r = subprocess.run(["bash", str(SCRIPT.parent / "study_poll.sh"), str(seconds)], env=env,
-                       capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == rc, r.stdout[-2000:] + r.stderr[-2000:]
-    return r
-
-
 def test_a_poll_ends_when_the_chain_has_exited(tmp_path):
     """A chain that stopped at start (session 14: the launch carried no packs) must not
     cost the poll's whole wait: with "chain exited" in its log, a 600 s poll returns at
@@ -92,11 +77,11 @@ def test_a_poll_ends_when_the_chain_has_exited(tmp_path):
     w.mkdir()
     (w / "chain.log").write_text("bench/study_gpu.py: error: conversations file(s) "
                                  "gen/greedy-0.jsonl not found\nchain exited 1\n")
-    r = _poll(w, tmp_path / "out", seconds=600, timeout=120)
+    r = study_poll(w, tmp_path / "out", seconds=600, timeout=120)
     assert "conversations file(s)" in r.stdout and "chain exited 1" in r.stdout
     assert list((tmp_path / "out").iterdir()) == []  # no plan yet, so nothing to collect
     for bad in ("abc", "1.5"):  # one line that names the argument, not bash's own error
-        r = _poll(w, tmp_path / f"out-{bad}", seconds=bad, timeout=120, rc=2)
+        r = study_poll(w, tmp_path / f"out-{bad}", seconds=bad, timeout=120, rc=2)
         assert r.stderr == f"study_poll.sh: SECONDS must be a whole number, not '{bad}'\n"
 
 
@@ -238,13 +223,13 @@ def test_plan_train_collect(tmp_path, tiny_target_dir):
     assert best_final_here(w / "study") == (other, "2,1,3", taus[other])
     os.rename(w / "live.away", live)
     # the device poll: one results.tar.gz, or parts of 15 MiB when the logs grow past it
-    _poll(w, tmp_path / "out1", winner="data-all-wd0.01-s0")
+    study_poll(w, tmp_path / "out1", STUDY_WINNER="data-all-wd0.01-s0")
     got = _untar(sorted((tmp_path / "out1").iterdir()), tmp_path / "u1")
     assert [p.name for p in sorted((tmp_path / "out1").iterdir())] == ["results.tar.gz"]
     assert (got / "collected/winner/config.json").is_file()
     assert (got / "collected/runs/data-all-wd0.01-s0/live.json").is_file()
     (w / "logs/big.bin").write_bytes(os.urandom(17 * 2**20))
-    _poll(w, tmp_path / "out2", winner="none")
+    study_poll(w, tmp_path / "out2", STUDY_WINNER="none")
     parts = sorted((tmp_path / "out2").iterdir())
     assert [p.name for p in parts] == ["results.tar.gz.part00", "results.tar.gz.part01"]
     got = _untar(parts, tmp_path / "u2")

@@ -64,6 +64,26 @@ def fork_ranks(fn, *, world: int = 2, env: dict | None = None, limit_s: float = 
     fork(fn, world=world, env=env, limit_s=limit_s, stop_when=stop_when)
 
 
+def study_poll(work: Path, out: Path, *, seconds: int | str = 0, timeout: int = 300,
+               rc: int = 0, **env: str):
+    """bench/study_poll.sh SECONDS as the device runs it: $OUT = `out` (made here),
+    STUDY_WORK = `work`, python3 = this interpreter, `env` on top (STUDY_WINNER=...,
+    STUDY_CARRY_OUT=...); the finished process, its exit code checked against `rc`."""
+    import os
+    import subprocess
+    import sys
+
+    out.mkdir()
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OUT": str(out),
+           "STUDY_WORK": str(work),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **env}
+    script = Path(__file__).resolve().parents[1] / "bench" / "study_poll.sh"
+    r = subprocess.run(["bash", str(script), str(seconds)], env=env, capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == rc, r.stdout[-4000:] + r.stderr[-4000:]
+    return r
+
+
 def torchrun(nproc: int, *args, module: str | None = "eagle3lab", timeout: float = 600):
     """`python -m torch.distributed.run --nproc-per-node N --master-port FREE -m eagle3lab
     ARGS` (module None: ARGS start with a script) on the CPU (gloo; one OpenMP thread per

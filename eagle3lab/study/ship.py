@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -111,10 +112,9 @@ def ship_winner(*, winner: str | os.PathLike, study: str | os.PathLike,
                         f"replace, {ref['shipped_run']} ({ref['shipped_tau']:.3f}); "
                         f"--force ships it anyway.")
 
-    texts = {}
-    for name in ("config.json", "eagle3lab.json"):
-        texts[name] = (json.loads((winner / name).read_text()),
-                       json.loads((dest / name).read_text()))
+    texts = {name: tuple(read_json_object(d / name, what=f"drafter {name}")
+                         for d in (winner, dest))
+             for name in ("config.json", "eagle3lab.json")}
     for name, path in SHIPPED_FIELDS:
         mine, theirs = texts[name]
         value, parent = get_path(theirs, path), get_path(mine, path[:-1])
@@ -125,11 +125,11 @@ def ship_winner(*, winner: str | os.PathLike, study: str | os.PathLike,
                             f"has: not a drafter of the same kind.")
         parent[path[-1]] = value
     with atomic_dir(dest) as tmp:
-        (tmp / "model.safetensors").write_bytes((winner / "model.safetensors").read_bytes())
+        shutil.copyfile(winner / "model.safetensors", tmp / "model.safetensors")
         for name, (mine, _) in texts.items():
             (tmp / name).write_text(json.dumps(mine, indent=2) + "\n")
-        (tmp / "metrics.jsonl").write_bytes(curve.read_bytes())
-        (tmp / "README.md").write_bytes((dest / "README.md").read_bytes())
+        shutil.copyfile(curve, tmp / "metrics.jsonl")
+        shutil.copyfile(dest / "README.md", tmp / "README.md")
         sums = {n: sha256_file(tmp / n) for n in SUMMED}
         (tmp / "SHA256SUMS").write_text("".join(f"{d}  {n}\n" for n, d in sums.items()))
     return {"run": run, "tau": tau, "setting": setting, "replaced_run": ref["shipped_run"],
